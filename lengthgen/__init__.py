@@ -1,0 +1,25 @@
+"""lengthgen: length generalization of attention with relative (RoPE) and absolute (APE) positions."""
+
+from .config import ENCODINGS, Config, ConfigError, check_length
+from .evaluate import Evaluation, LengthResult, evaluate, evaluate_length
+from .model import Model, Output
+from .task import eval_tokens, targets
+from .train import Trained, default_device, train
+
+__all__ = [
+    "ENCODINGS",
+    "Config",
+    "ConfigError",
+    "Evaluation",
+    "LengthResult",
+    "Model",
+    "Output",
+    "Trained",
+    "check_length",
+    "default_device",
+    "eval_tokens",
+    "evaluate",
+    "evaluate_length",
+    "targets",
+    "train",
+]

@@ -1,0 +1,143 @@
+"""Command line: ``python -m lengthgen`` runs the headline experiment; sub-commands do the rest.
+
+    python -m lengthgen                      RoPE vs APE on the default task, a table by length
+    python -m lengthgen train --encoding ape --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from .config import ENCODINGS, Config, ConfigError, check_length
+from .evaluate import Evaluation, evaluate
+from .train import train
+
+HEADLINE_SEEDS = (0, 1, 2)
+HEADLINE_MULTIPLES = (1, 2, 4, 8, 16)
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """The flags shared by every sub-command that trains: one per Config field that readers change."""
+    d = Config()
+    p.add_argument("--encoding", default=d.encoding, help=f"one of {', '.join(ENCODINGS)}")
+    p.add_argument("--vocab", type=int, default=d.vocab, help="vocabulary size V")
+    p.add_argument("--dim", type=int, default=d.dim, help="model width d (even)")
+    p.add_argument("--train-length", type=int, default=d.train_length, help="training sequence length")
+    p.add_argument("--min-train-length", type=int, default=None, help="train at lengths drawn from [this, train-length]")
+    p.add_argument("--offset", type=int, default=d.offset, help="retrieve the token K back (K)")
+    p.add_argument("--layers", type=int, default=d.layers, help="number of attention layers")
+    p.add_argument("--mlp", action="store_true", help="add a ReLU MLP after each attention layer")
+    p.add_argument("--steps", type=int, default=d.steps, help="maximum training steps")
+    p.add_argument("--batch", type=int, default=d.batch, help="sequences per step")
+    p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="decoupled weight decay (AdamW)")
+    p.add_argument("--rope-base", type=float, default=d.rope_base, help="RoPE frequency base")
+    p.add_argument("--max-length", type=int, default=d.max_length, help="rows of the APE table")
+    p.add_argument("--seeds", type=int, default=len(HEADLINE_SEEDS), help="number of seeds (0..N-1)")
+    p.add_argument("--eval-lengths", type=str, default=None,
+                   help="comma-separated lengths (default: 1,2,4,8,16 x train length)")
+    p.add_argument("--samples", type=int, default=1000, help="held-out samples per evaluation length")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def config_from_args(a: argparse.Namespace) -> Config:
+    return Config(
+        encoding=a.encoding, vocab=a.vocab, dim=a.dim, train_length=a.train_length,
+        min_train_length=a.min_train_length, offset=a.offset, layers=a.layers, mlp=a.mlp,
+        steps=a.steps, batch=a.batch, lr=a.lr, weight_decay=a.weight_decay,
+        rope_base=a.rope_base, max_length=a.max_length,
+    )
+
+
+def eval_lengths_from_args(a: argparse.Namespace, c: Config) -> list[int]:
+    if a.eval_lengths is None:
+        return [m * c.train_length for m in HEADLINE_MULTIPLES]
+    try:
+        lengths = [int(x) for x in a.eval_lengths.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"--eval-lengths {a.eval_lengths!r}: give comma-separated integers, e.g. 32,64,128")
+    if not lengths:
+        raise ConfigError("--eval-lengths is empty: give at least one length")
+    for length in lengths:
+        check_length(c, length)
+    return lengths
+
+
+def run_report(c: Config, seeds: Sequence[int], lengths: list[int], samples: int) -> dict:
+    """Train, evaluate and return the JSON-ready summary of the ``train`` contract."""
+    trained = train(c, seeds)
+    ev: Evaluation = evaluate(trained, lengths, samples)
+    return {
+        "config": c.to_dict(),
+        "seeds": list(seeds),
+        "chance": c.chance,
+        "steps_trained": trained.steps.tolist(),
+        "train_seconds": round(trained.seconds, 3),
+        "accuracy": {str(L): float(r.accuracy.mean()) for L, r in ev.by_length.items()},
+        "accuracy_per_seed": {str(L): r.accuracy.tolist() for L, r in ev.by_length.items()},
+        "target_attention": {str(L): float(r.target_weight.mean()) for L, r in ev.by_length.items()},
+    }
+
+
+def format_table(reports: dict[str, dict]) -> str:
+    """Rows: evaluation length (and multiple of training length); columns: encodings (mean ± sd)."""
+    first = next(iter(reports.values()))
+    L0 = first["config"]["train_length"]
+    names = list(reports)
+    lines = [f"{'length':>8} {'x train':>8} " + " ".join(f"{n:>16}" for n in names)]
+    for L in first["accuracy"]:
+        cells = []
+        for n in names:
+            per = np.array(reports[n]["accuracy_per_seed"][L])
+            cells.append(f"{per.mean():>8.3f} ± {per.std():.3f}")
+        lines.append(f"{L:>8} {int(L) / L0:>8.3g} " + " ".join(f"{c:>16}" for c in cells))
+    lines.append(f"chance level 1/V = {first['chance']:.4f}; accuracy is mean ± sd over seeds {first['seeds']}")
+    return "\n".join(lines)
+
+
+def cmd_headline(a: argparse.Namespace) -> None:
+    base = Config()
+    lengths = [m * base.train_length for m in HEADLINE_MULTIPLES]
+    reports = {enc: run_report(base.replace(encoding=enc), HEADLINE_SEEDS, lengths, 1000) for enc in ("rope", "ape")}
+    print(f"Fixed-offset retrieval: V={base.vocab}, d={base.dim}, train length {base.train_length}, "
+          f"offset K={base.offset}, {len(HEADLINE_SEEDS)} seeds. Accuracy on held-out sequences:")
+    print(format_table(reports))
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    c = config_from_args(a)
+    lengths = eval_lengths_from_args(a, c)
+    if a.seeds < 1:
+        raise ConfigError(f"--seeds {a.seeds}: train at least one seed")
+    report = run_report(c, list(range(a.seeds)), lengths, a.samples)
+    print(json.dumps(report) if a.json else format_table({c.encoding: report}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m lengthgen", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=cmd_headline)
+    sub = p.add_subparsers(title="sub-commands")
+    t = sub.add_parser("train", help="train one encoding and report accuracy by length")
+    add_config_flags(t)
+    t.set_defaults(func=cmd_train)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Accuracy and attention of a trained ensemble at any evaluation length, on held-out samples."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .config import check_length
+from .model import Model, Output
+from .task import eval_tokens, targets
+from .train import Trained
+
+EVAL_SAMPLES = 1000
+
+
+def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = 2**25) -> Iterator[tuple[torch.Tensor, Output]]:
+    """Run ``model`` on tokens (B, L) in chunks of sequences sized to keep S*B*L*d under ``budget``.
+
+    Yields (token chunk (b, L) on the model's device, model output for it).
+    """
+    S, L, d = model.members, tokens.shape[-1], model.config.dim
+    chunk = max(1, budget // (S * L * d))
+    device = model.embed.device
+    with torch.no_grad():
+        for start in range(0, tokens.shape[0], chunk):
+            part = tokens[start : start + chunk].to(device)
+            yield part, model(part)
+
+
+@dataclass
+class LengthResult:
+    """What one evaluation length measured, per ensemble member (S)."""
+
+    length: int
+    offset: int
+    accuracy: np.ndarray  # (S,) share of correct predictions
+    target_weight: np.ndarray  # (S,) mean last-layer attention weight on the target x_(L-K)
+    argmax_counts: np.ndarray  # (S, L) how often the attention argmax lands on key position p (0-indexed)
+
+    @property
+    def argmax_at_target(self) -> np.ndarray:
+        """(S,) share of samples whose attention argmax is the target position."""
+        return self.argmax_counts[:, -1 - self.offset] / self.argmax_counts.sum(1)
+
+
+@dataclass
+class Evaluation:
+    """Accuracy and attention by evaluation length for every member of a trained ensemble."""
+
+    seeds: list[int]
+    chance: float
+    samples: int
+    by_length: dict[int, LengthResult]
+
+    @property
+    def lengths(self) -> list[int]:
+        return list(self.by_length)
+
+    def accuracy(self) -> np.ndarray:
+        """(n_lengths, S) accuracy."""
+        return np.stack([r.accuracy for r in self.by_length.values()])
+
+    def target_weight(self) -> np.ndarray:
+        """(n_lengths, S) mean attention weight on the target."""
+        return np.stack([r.target_weight for r in self.by_length.values()])
+
+    def mean_accuracy(self) -> dict[int, float]:
+        return {L: float(r.accuracy.mean()) for L, r in self.by_length.items()}
+
+
+def evaluate_length(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: int = 0) -> LengthResult:
+    """Measure accuracy, target attention and argmax positions at one length on fresh samples."""
+    c, model = trained.config, trained.model
+    check_length(c, length)
+    tokens = eval_tokens(c, length, samples, seed)
+    S = model.members
+    correct = torch.zeros(S)
+    weight = torch.zeros(S)
+    counts = torch.zeros(S, length)
+    for part, out in forward_chunks(model, tokens):
+        y = targets(part, c.offset)
+        correct += (out.logits.argmax(-1) == y).float().sum(1).cpu()
+        attn = out.attentions[-1][:, :, -1]  # (S, b, L): the last query's attention
+        weight += attn[..., -1 - c.offset].sum(1).cpu()
+        hits = torch.nn.functional.one_hot(attn.argmax(-1), length).sum(1)
+        counts += hits.cpu().float()
+    return LengthResult(
+        length=length,
+        offset=c.offset,
+        accuracy=(correct / samples).numpy(),
+        target_weight=(weight / samples).numpy(),
+        argmax_counts=counts.numpy(),
+    )
+
+
+def evaluate(trained: Trained, lengths: Sequence[int], samples: int = EVAL_SAMPLES, seed: int = 0) -> Evaluation:
+    """Evaluate at every length in ``lengths`` (each checked first, so a bad length fails before any work)."""
+    for length in lengths:
+        check_length(trained.config, length)
+    results = {int(L): evaluate_length(trained, int(L), samples, seed) for L in lengths}
+    return Evaluation(trained.seeds, trained.config.chance, samples, results)

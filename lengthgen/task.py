@@ -1,0 +1,60 @@
+"""Fixed-offset retrieval: read a sequence, output the token K positions before the last one.
+
+Positions are 1-indexed in the text (x_1 .. x_L, target x_(L-K)) and 0-indexed in tensors
+(index L-1 is the query, index L-1-K the target).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .config import Config
+
+# Independent random streams, so that changing one use of randomness never shifts another.
+STREAM_INIT, STREAM_TRAIN, STREAM_EVAL, STREAM_LENGTHS = 0, 1, 2, 3
+
+
+def generator(*key: int) -> torch.Generator:
+    """A CPU torch generator seeded from a tuple of integers (e.g. (seed, stream))."""
+    state = np.random.SeedSequence([int(k) for k in key]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def sample_tokens(vocab: int, batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """Uniform i.i.d. tokens, shape (batch, length), int64."""
+    return torch.randint(vocab, (batch, length), generator=gen)
+
+
+def targets(tokens: torch.Tensor, offset: int) -> torch.Tensor:
+    """The token K back from the last position: tokens[..., L-1-K], shape tokens.shape[:-1]."""
+    return tokens[..., -1 - offset]
+
+
+def eval_tokens(c: Config, length: int, samples: int, seed: int = 0) -> torch.Tensor:
+    """Held-out evaluation tokens, shape (samples, length); never drawn by training streams."""
+    return sample_tokens(c.vocab, samples, length, generator(seed, STREAM_EVAL, length))
+
+
+class TrainStream:
+    """Fresh training batches for an ensemble: member s draws from its own seeded stream.
+
+    ``next()`` returns tokens of shape (S, batch, L). With variable-length training every member
+    gets the same L at a step, drawn from a stream seeded by ``config.length_seed``, so a member of an
+    ensemble sees exactly the data it would see when trained alone.
+    """
+
+    def __init__(self, c: Config, seeds: list[int]):
+        self.c = c
+        self.gens = [generator(s, STREAM_TRAIN) for s in seeds]
+        self.length_gen = generator(c.length_seed, STREAM_LENGTHS)
+
+    def next_length(self) -> int:
+        lo, hi = self.c.lengths
+        if lo == hi:
+            return hi
+        return int(torch.randint(lo, hi + 1, (1,), generator=self.length_gen))
+
+    def next(self) -> torch.Tensor:
+        length = self.next_length()
+        return torch.stack([sample_tokens(self.c.vocab, self.c.batch, length, g) for g in self.gens])

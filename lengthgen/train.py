@@ -1,0 +1,133 @@
+"""Deterministic training of an ensemble of seeds, with an early stop per member.
+
+The optimiser is Adam (AdamW's decoupled weight decay when ``weight_decay > 0``), written out so
+that each ensemble member can stop on its own: a member that reaches ``target_accuracy`` on a
+training batch is frozen (no parameter, moment or step-count change), exactly as if it had been
+trained alone and stopped there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from .config import Config
+from .model import Model
+from .task import TrainStream, targets
+
+
+def default_device() -> torch.device:
+    """CUDA when present, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+# Weight decay is applied to weight matrices only, never to the token or position tables:
+# untrained APE rows must stay exactly at their initial values.
+NO_DECAY = ("embed", "encoding.table")
+
+
+class EnsembleAdam:
+    """Adam over parameters shaped (S, ...) with a boolean ``active`` mask over the S members."""
+
+    def __init__(self, named: list[tuple[str, nn.Parameter]], c: Config, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params = [p for _, p in named]
+        self.decay = [0.0 if name in NO_DECAY else c.weight_decay for name, _ in named]
+        self.lr, self.betas, self.eps = c.lr, betas, eps
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+        self.t = torch.zeros(self.params[0].shape[0], device=self.params[0].device)
+
+    @torch.no_grad()
+    def step(self, active: torch.Tensor) -> None:
+        """One update for the members where ``active`` (shape (S,), bool) is True."""
+        b1, b2 = self.betas
+        every = bool(active.all())
+        self.t += active
+        t = self.t.clamp(min=1)
+        for p, m, v, wd in zip(self.params, self.m, self.v, self.decay):
+            shape = (-1,) + (1,) * (p.dim() - 1)
+            on = active.view(shape).to(p.dtype)
+            g = p.grad
+            if every:
+                m.mul_(b1).add_(g, alpha=1 - b1)
+                v.mul_(b2).addcmul_(g, g, value=1 - b2)
+            else:
+                m.add_(on * (1 - b1) * (g - m))
+                v.add_(on * (1 - b2) * (g * g - v))
+            m_hat = m / (1 - b1 ** t).view(shape)
+            v_hat = v / (1 - b2 ** t).view(shape)
+            update = m_hat / (v_hat.sqrt() + self.eps)
+            if wd:
+                update = update + wd * p
+            p.sub_(self.lr * on * update)
+
+
+@dataclass
+class Trained:
+    """A trained ensemble and how it got there."""
+
+    model: Model
+    config: Config
+    seeds: list[int]
+    loss: np.ndarray  # (steps_run, S) training loss per step and member
+    accuracy: np.ndarray  # (steps_run, S) training-batch accuracy per step and member
+    steps: np.ndarray  # (S,) steps each member trained (its early-stop step, or config.steps)
+    seconds: float  # wall-clock training time
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed.device
+
+
+def train(
+    c: Config,
+    seeds: Sequence[int] = (0,),
+    device: torch.device | str | None = None,
+    progress: bool | None = None,
+    on_step: Callable[[int, np.ndarray], None] | None = None,
+) -> Trained:
+    """Train one model per seed, batched as an ensemble. Same config and seeds: same numbers on the CPU.
+
+    ``progress``: a tqdm bar (None shows it only on an interactive terminal or notebook).
+    ``on_step(step, accuracy_per_member)`` is called after every step (e.g. a widget's progress bar).
+    """
+    device = torch.device(device) if device is not None else default_device()
+    start = time.perf_counter()
+    model = Model(c, seeds).to(device)
+    stream = TrainStream(c, list(seeds))
+    opt = EnsembleAdam(list(model.named_parameters()), c)
+    active = torch.ones(len(seeds), dtype=torch.bool, device=device)
+    steps = np.full(len(seeds), c.steps)
+    losses, accs = [], []
+    bar = tqdm(range(c.steps), disable=(None if progress is None else not progress), leave=False, desc=c.encoding)
+    for step in bar:
+        tokens = stream.next().to(device)
+        y = targets(tokens, c.offset)
+        logits = model(tokens).logits
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+        loss = loss.view(y.shape).mean(1)  # (S,)
+        model.zero_grad(set_to_none=False)
+        loss.sum().backward()  # members do not interact: each gets its own mean-loss gradient
+        opt.step(active)
+        acc = (logits.argmax(-1) == y).float().mean(1)
+        losses.append(loss.detach())
+        accs.append(acc)
+        if c.target_accuracy is not None:
+            reached = active & (acc >= c.target_accuracy)
+            if reached.any():
+                steps[reached.cpu().numpy()] = step + 1
+                active &= ~reached
+        if on_step is not None:
+            on_step(step, acc.cpu().numpy())
+        if not active.any():
+            break
+    bar.close()
+    acc_hist = torch.stack(accs).cpu().numpy() if accs else np.zeros((0, len(seeds)))
+    loss_hist = torch.stack(losses).cpu().numpy() if losses else np.zeros((0, len(seeds)))
+    return Trained(model, c, list(seeds), loss_hist, acc_hist, steps, time.perf_counter() - start)
