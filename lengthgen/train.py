@@ -1,9 +1,9 @@
 """Deterministic training of an ensemble of seeds, with an early stop per member.
 
 The optimiser is Adam (AdamW's decoupled weight decay when ``weight_decay > 0``), written out so
-that each ensemble member can stop on its own: a member that reaches ``target_accuracy`` on a
-training batch is frozen (no parameter, moment or step-count change), exactly as if it had been
-trained alone and stopped there.
+that each ensemble member can stop on its own: a member whose training-batch accuracy, averaged
+over the last ``STOP_WINDOW`` steps, reaches ``target_accuracy`` is frozen (no parameter, moment
+or step-count change), exactly as if it had been trained alone and stopped there.
 """
 
 from __future__ import annotations
@@ -30,10 +30,15 @@ def default_device() -> torch.device:
 # Weight decay is applied to weight matrices only, never to the token or position tables:
 # untrained APE rows must stay exactly at their initial values.
 NO_DECAY = ("embed", "encoding.table")
+STOP_WINDOW = 5  # steps averaged for the early stop
 
 
 class EnsembleAdam:
-    """Adam over parameters shaped (S, ...) with a boolean ``active`` mask over the S members."""
+    """Adam over parameters shaped (S, ...) with a boolean ``active`` mask over the S members.
+
+    Every update is a handful of ``torch._foreach_*`` calls over all parameters at once (as
+    ``torch.optim.Adam(foreach=True)`` does), with per-member factors shaped (S, 1, ...).
+    """
 
     def __init__(self, named: list[tuple[str, nn.Parameter]], c: Config, betas=(0.9, 0.999), eps: float = 1e-8):
         self.params = [p for _, p in named]
@@ -42,30 +47,34 @@ class EnsembleAdam:
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         self.t = torch.zeros(self.params[0].shape[0], device=self.params[0].device)
+        self.member_shapes = [(-1,) + (1,) * (p.dim() - 1) for p in self.params]
+
+    def per_member(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """An (S,) tensor as one view per parameter, shaped (S, 1, ...) to broadcast against it."""
+        return [x.view(shape) for shape in self.member_shapes]
 
     @torch.no_grad()
     def step(self, active: torch.Tensor) -> None:
-        """One update for the members where ``active`` (shape (S,), bool) is True."""
+        """One update for the members where ``active`` (shape (S,), bool) is True; the others keep
+        their parameters, moments and step count exactly."""
         b1, b2 = self.betas
-        every = bool(active.all())
-        self.t += active
+        on = active.to(self.t.dtype)
+        self.t += on
         t = self.t.clamp(min=1)
-        for p, m, v, wd in zip(self.params, self.m, self.v, self.decay):
-            shape = (-1,) + (1,) * (p.dim() - 1)
-            on = active.view(shape).to(p.dtype)
-            g = p.grad
-            if every:
-                m.mul_(b1).add_(g, alpha=1 - b1)
-                v.mul_(b2).addcmul_(g, g, value=1 - b2)
-            else:
-                m.add_(on * (1 - b1) * (g - m))
-                v.add_(on * (1 - b2) * (g * g - v))
-            m_hat = m / (1 - b1 ** t).view(shape)
-            v_hat = v / (1 - b2 ** t).view(shape)
-            update = m_hat / (v_hat.sqrt() + self.eps)
-            if wd:
-                update = update + wd * p
-            p.sub_(self.lr * on * update)
+        grads = [p.grad for p in self.params]
+        # m <- m + on (1 - b1)(g - m),  v <- v + on (1 - b2)(g^2 - v): Adam's moments, frozen where off
+        torch._foreach_lerp_(self.m, grads, self.per_member(on * (1 - b1)))
+        torch._foreach_lerp_(self.v, torch._foreach_mul(grads, grads), self.per_member(on * (1 - b2)))
+        # update = m_hat / (sqrt(v_hat) + eps) (+ decay * p), with m_hat = m / (1 - b1^t), v_hat = v / (1 - b2^t)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denom, self.per_member((1 - b2**t).sqrt()))
+        torch._foreach_add_(denom, self.eps)
+        update = torch._foreach_div(self.m, denom)
+        torch._foreach_div_(update, self.per_member(1 - b1**t))
+        if any(self.decay):
+            torch._foreach_add_(update, torch._foreach_mul(self.params, self.decay))
+        torch._foreach_mul_(update, self.per_member(self.lr * on))
+        torch._foreach_sub_(self.params, update)
 
 
 @dataclass
@@ -119,7 +128,8 @@ def train(
         losses.append(loss.detach())
         accs.append(acc)
         if c.target_accuracy is not None:
-            reached = active & (acc >= c.target_accuracy)
+            recent = torch.stack(accs[-STOP_WINDOW:]).mean(0)  # a lucky batch alone does not stop
+            reached = active & (recent >= c.target_accuracy) & (len(accs) >= STOP_WINDOW)
             if reached.any():
                 steps[reached.cpu().numpy()] = step + 1
                 active &= ~reached

@@ -1,0 +1,170 @@
+"""Unit tests of the core package: task, RoPE, equivariance, APE gradients, determinism, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from lengthgen import Config, ConfigError, evaluate, train
+from lengthgen.__main__ import main
+from lengthgen.encodings import rope_rotate
+from lengthgen.model import Model
+from lengthgen.task import TrainStream, eval_tokens, generator, targets
+
+
+def reference_rope(x: torch.Tensor, positions: list[int], base: float) -> torch.Tensor:
+    """Slow fp64 reference: an explicit 2x2 rotation matrix per frequency pair. x: (n, d)."""
+    n, d = x.shape
+    out = torch.empty_like(x, dtype=torch.float64)
+    for i, m in enumerate(positions):
+        for p in range(d // 2):
+            angle = m * base ** (-2 * p / d)
+            rot = torch.tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]], dtype=torch.float64)
+            out[i, 2 * p : 2 * p + 2] = rot @ x[i, 2 * p : 2 * p + 2].double()
+    return out
+
+
+@pytest.mark.parametrize("base", [10000.0, 100.0])
+def test_rope_matches_slow_reference(base: float) -> None:
+    x = torch.randn(7, 8, generator=generator(1), dtype=torch.float64)
+    positions = [0, 1, 2, 5, 31, 1000, 8191]
+    fast = rope_rotate(x, torch.tensor(positions), base)
+    assert torch.allclose(fast, reference_rope(x, positions, base), atol=1e-12, rtol=0)
+
+
+def first_layer_scores(model: Model, tokens: torch.Tensor) -> torch.Tensor:
+    """Pre-softmax first-layer logits of the last query over all keys: (S, B, L)."""
+    h = model.inputs(tokens)
+    q_pos = torch.tensor([tokens.shape[-1] - 1])
+    return model.layers[0].scores(h, model.encoding, q_pos)[:, :, 0]
+
+
+@pytest.mark.parametrize("prefix", [1, 17, 200])
+def test_rope_logits_depend_on_offset_only(prefix: int) -> None:
+    """Prepending tokens shifts every absolute position; RoPE logits at each offset stay put (fp64)."""
+    c = Config(encoding="rope")
+    model = Model(c, seeds=[0, 1]).double()
+    x = eval_tokens(c, 32, 8, seed=3)
+    pre = torch.randint(c.vocab, (8, prefix), generator=generator(4))
+    short, long = first_layer_scores(model, x), first_layer_scores(model, torch.cat([pre, x], 1))
+    assert (short - long[..., prefix:]).abs().max() < 1e-10
+
+
+def test_ape_logits_change_under_a_shift() -> None:
+    c = Config(encoding="ape")
+    model = Model(c, seeds=[0]).double()
+    x = eval_tokens(c, 32, 8, seed=3)
+    pre = torch.randint(c.vocab, (8, 5), generator=generator(4))
+    short, long = first_layer_scores(model, x), first_layer_scores(model, torch.cat([pre, x], 1))
+    assert (short - long[..., 5:]).abs().max() > 1e-2
+
+
+def test_untrained_ape_rows_get_exactly_zero_gradient() -> None:
+    c = Config(encoding="ape", train_length=16, max_length=64)
+    model = Model(c, seeds=[0, 1])
+    tokens = TrainStream(c, [0, 1]).next()
+    logits = model(tokens).logits
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets(tokens, c.offset).flatten()).backward()
+    grad = model.encoding.table.grad
+    assert torch.all(grad[:, 16:] == 0)
+    assert torch.all(grad[:, :16].abs().sum(-1) > 0)
+
+
+def test_untrained_ape_rows_stay_at_initial_values_after_training() -> None:
+    c = Config(encoding="ape", train_length=16, max_length=64, steps=30, weight_decay=0.1, target_accuracy=None)
+    before = Model(c, seeds=[0]).encoding.table.detach().clone()
+    after = train(c, seeds=[0]).model.encoding.table.detach()
+    assert torch.equal(before[:, 16:], after[:, 16:])
+    assert not torch.equal(before[:, :16], after[:, :16])
+
+
+def test_targets_are_the_token_k_back() -> None:
+    tokens = torch.arange(10).repeat(3, 1)  # position i holds token i
+    for k in (1, 2, 7):
+        assert torch.equal(targets(tokens, k), torch.full((3,), 9 - k))
+
+
+def test_sampling_is_uniform_and_seeded() -> None:
+    c = Config(vocab=8)
+    a, b = eval_tokens(c, 64, 500, seed=1), eval_tokens(c, 64, 500, seed=1)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, eval_tokens(c, 64, 500, seed=2))
+    freq = torch.bincount(a.flatten(), minlength=8).float() / a.numel()
+    assert (freq - 1 / 8).abs().max() < 0.01
+    assert c.chance == 1 / 8
+
+
+def test_variable_length_training_draws_lengths_in_range() -> None:
+    c = Config(min_train_length=10, train_length=20)
+    stream = TrainStream(c, [0])
+    lengths = {stream.next().shape[-1] for _ in range(60)}
+    assert lengths <= set(range(10, 21)) and len(lengths) > 5
+
+
+def test_training_is_deterministic() -> None:
+    c = Config(steps=25, target_accuracy=None)
+    runs = [train(c, seeds=[0, 1]) for _ in range(2)]
+    assert (runs[0].loss == runs[1].loss).all()
+    evals = [evaluate(r, [32, 64], samples=200).accuracy() for r in runs]
+    assert (evals[0] == evals[1]).all()
+    for p, q in zip(runs[0].model.parameters(), runs[1].model.parameters()):
+        assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        (dict(offset=0), "offset"),
+        (dict(offset=32), "below the shortest training length"),
+        (dict(offset=40), "lower the offset"),
+        (dict(train_length=0), "at least 1"),
+        (dict(vocab=1), "vocab"),
+        (dict(encoding="xpos"), "unknown encoding"),
+        (dict(min_train_length=2, offset=2), "below the shortest"),
+        (dict(dim=7), "even"),
+    ],
+)
+def test_bad_config_says_what_to_change(changes: dict, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        Config(**changes)
+
+
+def test_bad_eval_lengths_say_what_to_change() -> None:
+    trained = train(Config(encoding="ape", max_length=64, steps=2), seeds=[0])
+    with pytest.raises(ConfigError, match="past the APE table"):
+        evaluate(trained, [32, 128])
+    with pytest.raises(ConfigError, match="at least 1"):
+        evaluate(trained, [0])
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["train", "--offset", "0"], "offset"),
+        (["train", "--train-length", "0"], "length"),
+        (["train", "--vocab", "1"], "vocab"),
+        (["train", "--encoding", "learned"], "unknown encoding"),
+        (["train", "--encoding", "ape", "--max-length", "64", "--eval-lengths", "32,128"], "APE table"),
+        (["train", "--eval-lengths", "32,abc"], "comma-separated"),
+    ],
+)
+def test_cli_bad_input_is_a_clear_error_not_a_traceback(argv, words, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and words in err and "Traceback" not in err
+
+
+def test_cli_train_json_contract(capsys) -> None:
+    argv = ["train", "--encoding", "ape", "--seeds", "2", "--steps", "40", "--eval-lengths", "32,64", "--samples", "100", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"config", "chance", "accuracy", "accuracy_per_seed", "target_attention"} <= set(report)
+    assert report["config"]["encoding"] == "ape" and report["chance"] == 1 / 16
+    assert set(report["accuracy"]) == {"32", "64"}
+    assert len(report["accuracy_per_seed"]["64"]) == 2
+    mean = sum(report["accuracy_per_seed"]["32"]) / 2
+    assert report["accuracy"]["32"] == pytest.approx(mean)
+    assert 0 <= report["target_attention"]["32"] <= 1
