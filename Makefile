@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test
+.PHONY: venv run test book book-quick bench sweeps
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,5 +18,23 @@ venv: $(STAMP)
 run: venv
 	$(BIN)/python -m lengthgen
 
+# The browser tests (issue 5) run last, on the book that tests/test_notebooks.py has just built.
 test: venv
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests -m "not browser"
+	scripts/install_chromium.sh
+	LENGTHGEN_BROWSER_TEST=required $(BIN)/python -m pytest -q tests -m browser
+
+# The book: execute every chapter with papermill into _build/book, then build _build/html (-W).
+book: venv
+	$(BIN)/python -m lengthgen.book
+
+book-quick: venv
+	$(BIN)/python -m lengthgen.book --quick
+
+# The sweeps of chapter 8 (issue 7), into the results cache that the chapter reads (.lengthgen-cache/).
+sweeps: venv
+	for grid in sweeps/*.json; do $(BIN)/python -m lengthgen sweep $$grid --workers 2 || exit 1; done
+
+# Speed (issue 6): medians and ratios in one run, printed and written to benchmarks/results.json.
+bench: venv
+	$(BIN)/python -m benchmarks.run

@@ -2,6 +2,8 @@
 
     python -m lengthgen                      RoPE vs APE on the default task, a table by length
     python -m lengthgen train --encoding ape --json
+    python -m lengthgen analyze --encoding rope --seeds 3
+    python -m lengthgen sweep sweeps/encodings.json --quick --workers 2
 """
 
 from __future__ import annotations
@@ -97,6 +99,10 @@ def format_table(reports: dict[str, dict]) -> str:
             cells.append(f"{per.mean():>8.3f} ± {per.std():.3f}")
         lines.append(f"{L:>8} {int(L) / L0:>8.3g} " + " ".join(f"{c:>16}" for c in cells))
     lines.append(f"chance level 1/V = {first['chance']:.4f}; accuracy is mean ± sd over seeds {first['seeds']}")
+    for n in names:
+        target = reports[n]["config"]["target_accuracy"]
+        lines.append(f"{n}: steps trained per seed {reports[n]['steps_trained']} "
+                     f"(early stop at training accuracy {target}, at most {reports[n]['config']['steps']} steps)")
     return "\n".join(lines)
 
 
@@ -118,6 +124,31 @@ def cmd_train(a: argparse.Namespace) -> None:
     print(json.dumps(report) if a.json else format_table({c.encoding: report}))
 
 
+def cmd_sweep(a: argparse.Namespace) -> None:
+    from .cache import Cache
+    from .sweep import describe, iter_table, load_grid, run_sweep
+
+    grid = load_grid(a.grid_file, quick=a.quick)
+    result = run_sweep(grid, Cache(a.cache), workers=a.workers, scheduler=a.scheduler, progress=not a.json)
+    if a.json:
+        print(json.dumps(describe(result)))
+        return
+    print(f"sweep {grid.name}: {len(result.records)} runs, {result.computed} computed, "
+          f"{len(result.records) - result.computed} from the cache. Accuracy (mean ± sem over seeds):")
+    print("\n".join(iter_table(result)))
+
+
+def cmd_analyze(a: argparse.Namespace) -> None:
+    from .analyze import analyze, format_report
+
+    c = config_from_args(a)
+    lengths = eval_lengths_from_args(a, c)
+    if a.seeds < 1:
+        raise ConfigError(f"--seeds {a.seeds}: train at least one seed")
+    report = analyze(c, list(range(a.seeds)), lengths, a.samples)
+    print(json.dumps(report) if a.json else format_report(report))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lengthgen", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,6 +157,17 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train one encoding and report accuracy by length")
     add_config_flags(t)
     t.set_defaults(func=cmd_train)
+    w = sub.add_parser("sweep", help="run a grid file (JSON, see sweeps/) with an on-disk results cache")
+    w.add_argument("grid_file", help="path to the grid, e.g. sweeps/encodings.json")
+    w.add_argument("--quick", action="store_true", help="apply the grid's \"quick\" overrides")
+    w.add_argument("--workers", type=int, default=0, help="local processes (0: run in this process)")
+    w.add_argument("--scheduler", default=None, help="Dask distributed scheduler address, e.g. tcp://host:8786")
+    w.add_argument("--cache", default=None, help="cache folder (default: $LENGTHGEN_CACHE or .lengthgen-cache/)")
+    w.add_argument("--json", action="store_true", help="print one JSON summary instead of a table")
+    w.set_defaults(func=cmd_sweep)
+    m = sub.add_parser("analyze", help="the mechanism: carrier kernel, APE pinning, attention-dilution laws")
+    add_config_flags(m)
+    m.set_defaults(func=cmd_analyze)
     return p
 
 

@@ -5,7 +5,9 @@ ensemble starts exactly where the same seed trained alone would start. Shapes be
 S members, B sequences, L positions, d width, V vocabulary.
 
 Only the last position's output is read (the query), so the last layer computes attention for
-that one query: a one-layer model costs O(L * d) per sequence, not O(L^2 * d).
+that one query: the plain path costs O(L d^2) per sequence for one layer, not O(L^2 d). A one-layer
+model goes further (``Model.forward_tables``): its logits are entries of a table over
+(query token, key token, key position), so a sequence costs O(L) table reads.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from torch import nn
 from .config import Config
 from .encodings import Encoding, build_encoding, stacked_normal
 from .task import STREAM_INIT, generator
+
+
+def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Each member's rows times its own matrix: x (S, ..., d) @ w (S, d, e) -> (S, ..., e).
+
+    x may have a member axis of 1 (rows shared by all members). One batched matmul over S (a
+    broadcast ``x @ w[:, None]`` would copy w once per sequence).
+    """
+    return (x.flatten(1, -2) @ w).view(-1, *x.shape[1:-1], w.shape[-1])
 
 
 class Output(NamedTuple):
@@ -49,8 +60,8 @@ class Layer(nn.Module):
         h: (S, B, L, d) layer input; q_pos: (Lq,) the query positions. Returns (S, B, Lq, L).
         """
         pos = torch.arange(h.shape[2], device=h.device)
-        q = enc.rotate(h[:, :, q_pos] @ self.wq[:, None], q_pos)
-        k = enc.rotate(h @ self.wk[:, None], pos)
+        q = enc.rotate(project(h[:, :, q_pos], self.wq), q_pos)
+        k = enc.rotate(project(h, self.wk), pos)
         s = q @ k.transpose(-1, -2) / math.sqrt(h.shape[-1])
         bias = enc.bias(q_pos, pos)
         if bias is not None:
@@ -60,13 +71,21 @@ class Layer(nn.Module):
     def forward(self, h: torch.Tensor, enc: Encoding, q_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h: (S, B, L, d) -> (output at the query positions (S, B, Lq, d), attention (S, B, Lq, L))."""
         attn = self.scores(h, enc, q_pos).softmax(-1)
-        out = (attn @ (h @ self.wv[:, None])) @ self.wo[:, None]
+        return self.output(attn @ h, h[:, :, q_pos]), attn
+
+    def output(self, attended: torch.Tensor, h_query: torch.Tensor) -> torch.Tensor:
+        """The layer output from the attention-weighted input sum_j attn_j h_j and the query's own input.
+
+        attended, h_query: (S, B, Lq, d). Returns (S, B, Lq, d). The value and output projections are
+        linear, so they are applied once to the weighted sum instead of to every key position.
+        """
+        out = project(project(attended, self.wv), self.wo)
         if self.residual:
-            out = out + h[:, :, q_pos]
+            out = out + h_query
         if self.w1 is not None:
-            hidden = torch.relu(out @ self.w1[:, None]) @ self.w2[:, None]
+            hidden = project(torch.relu(project(out, self.w1)), self.w2)
             out = out + hidden if self.residual else hidden
-        return out, attn
+        return out
 
 
 class Model(nn.Module):
@@ -82,6 +101,9 @@ class Model(nn.Module):
         self.encoding = build_encoding(c, gens)
         self.layers = nn.ModuleList(Layer(c, gens) for _ in range(c.layers))
         self.unembed = nn.Parameter(stacked_normal(gens, (c.dim, c.vocab), 1.0 / math.sqrt(c.dim)))
+
+    # One-layer models take forward_tables; tests set this False to compare with the plain path.
+    use_tables: bool = True
 
     @property
     def members(self) -> int:
@@ -100,7 +122,16 @@ class Model(nn.Module):
         return h if rows is None else h + rows[:, None]
 
     def forward(self, tokens: torch.Tensor, full: bool = False) -> Output:
-        """tokens: (B, L) or (S, B, L) int64. ``full`` computes every query row of the last layer too."""
+        """tokens: (B, L) or (S, B, L) int64. ``full`` computes every query row of the last layer too.
+
+        A one-layer model read at its last query takes the exact shortcut ``forward_tables``.
+        """
+        if self.use_tables and len(self.layers) == 1 and not full:
+            return self.forward_tables(tokens)
+        return self.forward_positions(tokens, full)
+
+    def forward_positions(self, tokens: torch.Tensor, full: bool = False) -> Output:
+        """The plain path: every layer runs on every position of every sequence. Arguments as ``forward``."""
         h = self.inputs(tokens)
         length = tokens.shape[-1]
         every = torch.arange(length, device=tokens.device)
@@ -109,5 +140,53 @@ class Model(nn.Module):
             last = i == len(self.layers) - 1
             h, attn = layer(h, self.encoding, every if full or not last else every[-1:])
             attentions.append(attn)
-        logits = h[:, :, -1] @ self.unembed
+        logits = project(h[:, :, -1], self.unembed)
         return Output(logits, attentions)
+
+    def forward_tables(self, tokens: torch.Tensor) -> Output:
+        """A one-layer model at its last query, computed on tables over the vocabulary.
+
+        tokens: (B, L) or (S, B, L) int64. Returns what ``forward_positions`` returns, up to float rounding.
+
+        The input at position j holding token b is E_b + P_j (P: additive position rows, if any), and
+        projections are linear, so the key k(b, j) = E_b Wk + P_j Wk and the last query
+        q(a) = E_a Wq + P_{L-1} Wq depend on a token and a position only. Rotations compose
+        (rotate(q, L-1) . rotate(k, j) = q . rotate(k, j - (L-1)): RoPE sees offsets only), so every
+        attention logit is an entry of one table, read at (x_L, x_j, j):
+
+            T[a, b, j] = q(a) . rotate(k(b, j), j - (L-1)) / sqrt(d) + bias(L-1, j)     (S, V, V, L)
+
+        and the attention-weighted input is  sum_j attn_j (E_(x_j) + P_j) = mass @ E + attn @ P,
+        where mass_b is the attention on the positions holding token b. Per sequence this costs O(L)
+        (a gather, a softmax, a scatter) instead of O(L d^2); the tables cost O(V^2 L d) once per call.
+        """
+        if len(self.layers) != 1:
+            raise ValueError(f"forward_tables needs a one-layer model (this one has {len(self.layers)}); use forward")
+        layer, enc, V = self.layers[0], self.encoding, self.config.vocab
+        B, L = tokens.shape[-2:]
+        S = self.members
+        tokens = tokens.expand(S, B, L)
+        pos = torch.arange(L, device=tokens.device)
+        rows = enc.add(L)  # (S or 1, L, d) or None
+        key_in = project(self.embed, layer.wk)[:, :, None]  # (S, V, 1, d): E_b Wk
+        query_in = self.embed  # (S, V, d): the input of token a at the last position
+        if rows is not None:
+            rows = rows.to(self.embed.dtype)  # the sinusoidal table is float32 even in a float64 model
+            key_in = key_in + project(rows, layer.wk)[:, None]  # (S, V, L, d)
+            query_in = query_in + rows[:, -1:]
+        k = enc.rotate(key_in.expand(S, V, L, -1), pos - (L - 1))  # (S, V, L, d), turned by j - (L-1)
+        q = project(query_in, layer.wq)  # (S, V, d), unrotated
+        table = (q @ k.flatten(1, 2).transpose(1, 2) / math.sqrt(self.config.dim)).view(S, V, V, L)
+        bias = enc.bias(pos[-1:], pos)  # (1, L) or None
+        if bias is not None:
+            table = table + bias[0]
+        last = tokens[..., -1:]  # (S, B, 1)
+        index = (last * V + tokens) * L + pos  # (S, B, L): flat position of T[x_L, x_j, j]
+        attn = table.flatten(1).gather(1, index.flatten(1)).view(S, B, L).softmax(-1)
+        mass = torch.zeros(S, B, V, dtype=attn.dtype, device=attn.device).scatter_add(-1, tokens, attn)
+        attended = mass @ self.embed  # (S, B, d)
+        if rows is not None:
+            attended = attended + attn @ rows
+        h_query = query_in.gather(1, last.expand(S, B, query_in.shape[-1]))  # (S, B, d)
+        out = layer.output(attended[:, :, None], h_query[:, :, None])  # (S, B, 1, d)
+        return Output(project(out[:, :, 0], self.unembed), [attn[:, :, None]])

@@ -9,8 +9,9 @@ or step-count change), exactly as if it had been trained alone and stopped there
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -27,10 +28,28 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@contextmanager
+def cpu_threads(device: torch.device, threads: int = 1) -> Iterator[None]:
+    """Run the block with ``threads`` intra-op CPU threads on the CPU, then restore the setting.
+
+    A training step is some fifty operations of microseconds each: splitting them over threads
+    costs more hand-offs than it saves, and on a busy machine it is many times slower
+    (benchmarks/ measures it).
+    """
+    before = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 # Weight decay is applied to weight matrices only, never to the token or position tables:
 # untrained APE rows must stay exactly at their initial values.
 NO_DECAY = ("embed", "encoding.table")
 STOP_WINDOW = 5  # steps averaged for the early stop
+TRAIN_THREADS = 1  # intra-op CPU threads while training (see cpu_threads)
 
 
 class EnsembleAdam:
@@ -46,7 +65,8 @@ class EnsembleAdam:
         self.lr, self.betas, self.eps = c.lr, betas, eps
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
-        self.t = torch.zeros(self.params[0].shape[0], device=self.params[0].device)
+        first = self.params[0]
+        self.t = torch.zeros(first.shape[0], dtype=first.dtype, device=first.device)  # steps taken, per member
         self.member_shapes = [(-1,) + (1,) * (p.dim() - 1) for p in self.params]
 
     def per_member(self, x: torch.Tensor) -> list[torch.Tensor]:
@@ -115,28 +135,29 @@ def train(
     steps = np.full(len(seeds), c.steps)
     losses, accs = [], []
     bar = tqdm(range(c.steps), disable=(None if progress is None else not progress), leave=False, desc=c.encoding)
-    for step in bar:
-        tokens = stream.next().to(device)
-        y = targets(tokens, c.offset)
-        logits = model(tokens).logits
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
-        loss = loss.view(y.shape).mean(1)  # (S,)
-        model.zero_grad(set_to_none=False)
-        loss.sum().backward()  # members do not interact: each gets its own mean-loss gradient
-        opt.step(active)
-        acc = (logits.argmax(-1) == y).float().mean(1)
-        losses.append(loss.detach())
-        accs.append(acc)
-        if c.target_accuracy is not None:
-            recent = torch.stack(accs[-STOP_WINDOW:]).mean(0)  # a lucky batch alone does not stop
-            reached = active & (recent >= c.target_accuracy) & (len(accs) >= STOP_WINDOW)
-            if reached.any():
-                steps[reached.cpu().numpy()] = step + 1
-                active &= ~reached
-        if on_step is not None:
-            on_step(step, acc.cpu().numpy())
-        if not active.any():
-            break
+    with cpu_threads(device, TRAIN_THREADS):
+        for step in bar:
+            tokens = stream.next().to(device)
+            y = targets(tokens, c.offset)
+            logits = model(tokens).logits
+            loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+            loss = loss.view(y.shape).mean(1)  # (S,)
+            model.zero_grad(set_to_none=False)
+            loss.sum().backward()  # members do not interact: each gets its own mean-loss gradient
+            opt.step(active)
+            acc = (logits.argmax(-1) == y).float().mean(1)
+            losses.append(loss.detach())
+            accs.append(acc)
+            if c.target_accuracy is not None:
+                recent = torch.stack(accs[-STOP_WINDOW:]).mean(0)  # a lucky batch alone does not stop
+                reached = active & (recent >= c.target_accuracy) & (len(accs) >= STOP_WINDOW)
+                if reached.any():
+                    steps[reached.cpu().numpy()] = step + 1
+                    active &= ~reached
+            if on_step is not None:
+                on_step(step, acc.cpu().numpy())
+            if not active.any():
+                break
     bar.close()
     acc_hist = torch.stack(accs).cpu().numpy() if accs else np.zeros((0, len(seeds)))
     loss_hist = torch.stack(losses).cpu().numpy() if losses else np.zeros((0, len(seeds)))

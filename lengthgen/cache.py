@@ -1,0 +1,103 @@
+"""An on-disk cache of JSON results, keyed by a JSON-able description of the run and the code version.
+
+Layout: ``ROOT/<code version>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
+Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``, so a
+reader (or a sweep that was killed mid-write) never sees a half-written entry.
+
+The root is, in order: the ``root`` argument, the ``LENGTHGEN_CACHE`` environment variable, or
+``.lengthgen-cache/`` at the project root (the folder holding ``pyproject.toml`` next to the package;
+the current folder when the package is installed elsewhere).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+ENV_VAR = "LENGTHGEN_CACHE"
+PACKAGE = Path(__file__).resolve().parent
+
+
+def dependencies(module: str) -> list[str]:
+    """``module`` and every package module it imports, directly or not (``from .x import``,
+    ``from . import x``, ``import lengthgen.x``), as sorted module names."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        name = todo.pop()
+        path = PACKAGE / f"{name}.py"
+        if name in seen or not path.exists():
+            continue
+        seen.add(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith(PACKAGE.name)):
+                inner = (node.module or "").removeprefix(PACKAGE.name).lstrip(".")
+                todo += [inner.split(".")[0]] if inner else [a.name for a in node.names]
+            elif isinstance(node, ast.Import):
+                todo += [a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE.name + ".")]
+    return sorted(seen)
+
+
+def code_version(module: str = "sweep") -> str:
+    """A short hash of the sources a result of ``module`` depends on: the module and its package imports.
+    Editing any other module (figures, widgets, the book build) keeps the cache."""
+    h = hashlib.sha256()
+    for name in dependencies(module):
+        h.update(name.encode() + b"\0" + (PACKAGE / f"{name}.py").read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def default_root() -> Path:
+    """``$LENGTHGEN_CACHE``, else ``.lengthgen-cache`` at the project root (or the current folder)."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR])
+    project = PACKAGE.parent
+    return (project if (project / "pyproject.toml").exists() else Path.cwd()) / ".lengthgen-cache"
+
+
+def digest(key: dict) -> str:
+    """sha256 of the key as sorted JSON."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+class Cache:
+    """JSON values stored under JSON keys, for one code version (default: the current sources)."""
+
+    def __init__(self, root: str | os.PathLike | None = None, version: str | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.version = version or code_version()
+        self.folder = self.root / self.version
+
+    def path(self, key: dict) -> Path:
+        return self.folder / f"{digest(key)}.json"
+
+    def get(self, key: dict) -> dict | None:
+        """The stored value, or None when absent (a stored entry whose key differs counts as absent)."""
+        try:
+            entry = json.loads(self.path(key).read_text())
+        except FileNotFoundError:
+            return None
+        return entry["value"] if entry["key"] == json.loads(json.dumps(key)) else None
+
+    def put(self, key: dict, value: dict) -> Path:
+        """Store ``value`` atomically (temporary file + os.replace). Returns the entry's path."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        target = self.path(key)
+        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"key": key, "value": value}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def __len__(self) -> int:
+        return len(list(self.folder.glob("[!.]*.json"))) if self.folder.exists() else 0

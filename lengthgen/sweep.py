@@ -1,0 +1,340 @@
+"""Sweeps: a grid of Config fields x seeds, trained as batched ensembles, every run cached on disk.
+
+A grid file is JSON::
+
+    {"name": "frontier",
+     "base": {"steps": 400},                         # overrides of Config() shared by every run
+     "product": {"encoding": ["rope", "ape"]},       # every combination of these values ...
+     "variants": [{}, {"rope_base": 100}],           # ... times each of these override sets ({} = as is)
+     "seeds": 10,                                    # seeds 0..9, or an explicit list
+     "eval": {"multiples": [1, 2, 4], "samples": 1000, "seed": 0},   # or "lengths": [32, 64]
+     "record": ["kernel"],                           # extras: "kernel" (RoPE only), "argmax", "pinning"
+     "quick": {"seeds": 3, "base": {"steps": 100}}}  # top-level keys replaced in quick mode
+
+Runs that differ only in seed form one group and train as one ensemble (``train(c, seeds)``); a
+member of an ensemble trains exactly as it would alone, so each (config, seed) is cached on its own,
+keyed by config, seed, evaluation settings, extras and code version. A sweep stopped at any point
+resumes where it stopped; a finished one reruns from the cache without training.
+
+Groups run in this process by default, on a local process pool with ``workers=N``, or on a Dask
+distributed cluster with ``scheduler="tcp://host:port"``. Workers only compute; this process writes
+the cache, so remote workers need no shared disk.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import itertools
+import json
+import multiprocessing
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .cache import PACKAGE, Cache
+from .config import Config, ConfigError, check_length
+from .evaluate import evaluate
+from .kernel import predicted_failure_length, target_margin
+from .pinning import measure_lengths
+from .train import train
+
+GRID_KEYS = ("name", "description", "base", "product", "variants", "seeds", "eval", "record", "quick")
+EXTRAS = ("kernel", "argmax", "pinning")
+DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
+SWEEPS = PACKAGE.parent / "sweeps"  # the grid files of the book's chapters, in a source checkout
+
+
+class GridError(ConfigError):
+    """A malformed grid file; the message says which key to fix."""
+
+
+@dataclass(frozen=True)
+class Grid:
+    """A parsed grid: the configs to run, the seeds of each, and what to measure."""
+
+    name: str
+    configs: tuple[Config, ...]
+    seeds: tuple[int, ...]
+    multiples: tuple[float, ...] | None  # evaluation lengths as multiples of each config's train_length ...
+    lengths: tuple[int, ...] | None  # ... or fixed lengths
+    samples: int
+    eval_seed: int
+    record: tuple[str, ...]
+
+    def eval_lengths(self, c: Config) -> list[int]:
+        """The evaluation lengths of config ``c`` (each checked against it)."""
+        out = [round(m * c.train_length) for m in self.multiples] if self.multiples else list(self.lengths)
+        for length in out:
+            check_length(c, length)
+        return out
+
+    def groups(self) -> list[tuple[Config, tuple[int, ...]]]:
+        """(config, seeds) per config: the batched ensembles of the sweep."""
+        return [(c, self.seeds) for c in self.configs]
+
+    def varied(self) -> list[str]:
+        """Config fields whose value differs between configs of the grid."""
+        dicts = [c.to_dict() for c in self.configs]
+        return [k for k in dicts[0] if len({json.dumps(d[k]) for d in dicts}) > 1]
+
+
+def _typed(overrides: dict) -> dict:
+    """JSON has one number type: give float fields floats, so that 100 and 100.0 share a cache key."""
+    floats = {f.name for f in dataclasses.fields(Config) if isinstance(f.default, float)}
+    return {k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in overrides.items()}
+
+
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise GridError(message)
+
+
+def grid_from_dict(spec: dict, quick: bool = False, name: str = "grid") -> Grid:
+    """Parse a grid description (see the module docstring); ``quick`` applies its "quick" overrides."""
+    _need(isinstance(spec, dict), "a grid is a JSON object (a dict) with keys " + ", ".join(GRID_KEYS))
+    unknown = set(spec) - set(GRID_KEYS)
+    _need(not unknown, f"unknown grid key(s) {sorted(unknown)}; known: {', '.join(GRID_KEYS)}")
+    if quick:
+        spec = {**spec, **spec.get("quick", {})}
+    base = Config().replace(**_typed(spec.get("base", {})))
+    product = spec.get("product", {})
+    _need(isinstance(product, dict) and all(isinstance(v, list) and v for v in product.values()),
+          '"product" maps Config fields to non-empty lists, e.g. {"encoding": ["rope", "ape"]}')
+    variants = spec.get("variants", [{}])
+    _need(isinstance(variants, list) and variants and all(isinstance(v, dict) for v in variants),
+          '"variants" is a non-empty list of override dicts; use {} for the base itself')
+    configs: list[Config] = []
+    for values in itertools.product(*product.values()):
+        point = base.replace(**_typed(dict(zip(product, values))))
+        for v in variants:
+            c = point.replace(**_typed(v))
+            if c not in configs:
+                configs.append(c)
+    seeds = spec.get("seeds", 1)
+    seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
+    _need(len(seeds) > 0 and len(set(seeds)) == len(seeds), f'"seeds": {spec.get("seeds")!r}: give N >= 1 or a list of distinct ints')
+    ev = spec.get("eval", {})
+    _need(not ("multiples" in ev and "lengths" in ev), '"eval": give "multiples" or "lengths", not both')
+    lengths = tuple(int(x) for x in ev["lengths"]) if "lengths" in ev else None
+    multiples = None if lengths else tuple(ev.get("multiples", DEFAULT_MULTIPLES))
+    record = tuple(sorted(spec.get("record", [])))
+    _need(set(record) <= set(EXTRAS), f'"record": {list(record)}; the extras are {", ".join(EXTRAS)}')
+    grid = Grid(spec.get("name", name), tuple(configs), seeds, multiples, lengths,
+                int(ev.get("samples", 1000)), int(ev.get("seed", 0)), record)
+    for c in configs:
+        grid.eval_lengths(c)  # fail now, before any training, on a length a config cannot run
+    return grid
+
+
+def load_grid(path: str | Path, quick: bool = False) -> Grid:
+    """Read a grid file (JSON): a path, or the name of a grid in ``sweeps/`` (e.g. "budget")."""
+    path = Path(path)
+    if path.suffix != ".json" and not path.exists():
+        path = SWEEPS / f"{path}.json"
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise GridError(f"grid file {path} not found; pass a path to a JSON grid (see sweeps/)") from None
+    except json.JSONDecodeError as e:
+        raise GridError(f"grid file {path} is not valid JSON: {e}") from None
+    return grid_from_dict(spec, quick, name=path.stem)
+
+
+def run_key(grid: Grid, c: Config, seed: int) -> dict:
+    """What a cached run depends on (the cache adds the code version)."""
+    return {"config": c.to_dict(), "seed": seed, "lengths": grid.eval_lengths(c), "samples": grid.samples,
+            "eval_seed": grid.eval_seed, "record": list(grid.record)}
+
+
+def kernel_record(trained, lengths: list[int]) -> list[dict]:
+    """Per member: the first layer's carrier-kernel margins (kernel.target_margin), the first length at
+    which an offset beyond the window outscores the target (kernel.predicted_failure_length, searched up
+    to the longest evaluation length; None: none up to there), and |W_q W_k^T|_F of the first layer."""
+    c, model = trained.config, trained.model
+    margin = target_margin(model, c.offset, c.train_length)
+    failure = predicted_failure_length(model, c.offset, c.train_length, max(max(lengths), c.train_length + 1))
+    layer = model.layers[0]
+    qk_norm = torch.linalg.matrix_norm(layer.wq @ layer.wk.transpose(-1, -2)).detach().cpu().numpy()
+    return [{"margin_target": float(margin.target[s]), "margin_in_window": float(margin.in_window[s]),
+             "margin_beyond": float(margin.beyond[s]), "predicted_failure_length": failure[s],
+             "qk_norm": float(qk_norm[s])} for s in range(model.members)]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def pinning_record(trained, lengths: list[int], samples: int, eval_seed: int) -> list[dict]:
+    """Per member, per evaluation length: the share of samples whose attention argmax (per layer, first to
+    last) lands on the pinned position x_(T-K) of training, and the share of predictions equal to the token
+    there (pinning.measure_lengths)."""
+    pins = measure_lengths(trained, lengths, samples, eval_seed).values()
+    return [{"argmax_at_pinned": [[_finite(layer.share_at(p.pinned)[s]) for layer in p.layers] for p in pins],
+             "predicts_pinned": [_finite(p.predicts_pinned[s]) for p in pins]} for s in range(trained.model.members)]
+
+
+def run_group(c: Config, seeds: Sequence[int], lengths: list[int], samples: int, eval_seed: int,
+              record: Sequence[str] = (), threads: int | None = None) -> list[dict]:
+    """Train ``seeds`` as one ensemble, evaluate, and return one JSON-ready result per seed.
+
+    Runs anywhere (this process, a pool worker, a Dask worker); ``threads`` sets torch's thread count there.
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
+    trained = train(c, list(seeds), progress=False)
+    ev = evaluate(trained, lengths, samples, eval_seed)
+    acc, weight = ev.accuracy(), ev.target_weight()  # (n_lengths, S)
+    last = trained.accuracy[-1] if len(trained.accuracy) else np.full(len(seeds), np.nan)
+    out = [{"steps": int(trained.steps[s]), "final_train_accuracy": float(last[s]),
+            "accuracy": acc[:, s].tolist(), "target_weight": weight[:, s].tolist()} for s in range(len(seeds))]
+    if "argmax" in record:
+        at = np.stack([r.argmax_at_target for r in ev.by_length.values()])
+        for s, r in enumerate(out):
+            r["argmax_at_target"] = at[:, s].tolist()
+    if "pinning" in record:
+        for r, p in zip(out, pinning_record(trained, lengths, samples, eval_seed)):
+            r.update(p)
+    if "kernel" in record and c.encoding == "rope":
+        for r, k in zip(out, kernel_record(trained, lengths)):
+            r["kernel"] = k
+    return out
+
+
+@dataclass
+class Sweep:
+    """The results of a grid: one record per (config, seed), in grid order."""
+
+    grid: Grid
+    records: list[dict]  # {"config", "seed", "lengths", "steps", "accuracy", "target_weight", ...}
+    computed: int  # runs trained by this call (the rest came from the cache)
+
+    def rows(self) -> list[dict]:
+        """One flat row per (config, seed, evaluation length): the varied config fields, seed, length,
+        multiple (of the training length), accuracy, target_weight, steps, and any extras."""
+        varied = self.grid.varied()
+        out = []
+        for r in self.records:
+            c = r["config"]
+            for i, length in enumerate(r["lengths"]):
+                row = {k: c[k] for k in varied}
+                row.update(seed=r["seed"], length=length, multiple=length / c["train_length"],
+                           accuracy=r["accuracy"][i], target_weight=r["target_weight"][i], steps=r["steps"],
+                           chance=1.0 / c["vocab"])
+                if "argmax_at_target" in r:
+                    row["argmax_at_target"] = r["argmax_at_target"][i]
+                if "argmax_at_pinned" in r:
+                    row.update({f"argmax_at_pinned_layer{j + 1}": v for j, v in enumerate(r["argmax_at_pinned"][i])})
+                    row["predicts_pinned"] = r["predicts_pinned"][i]
+                row.update(r.get("kernel", {}))
+                out.append(row)
+        return out
+
+
+def summarize(rows: list[dict], by: Sequence[str], value: str) -> list[dict]:
+    """Mean, standard error (sd / sqrt(n), ddof=1; 0 for n=1), min, max and n of ``value`` per group of
+    ``by`` fields, in first-seen order. Rows where the value is None or absent are left out (counted in ``missing``)."""
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in by), []).append(row.get(value))
+    out = []
+    for key, vals in groups.items():
+        x = np.array([v for v in vals if v is not None], dtype=float)
+        sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+        stats = dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max())) if len(x) else \
+            dict(mean=None, sem=None, min=None, max=None)
+        out.append({**dict(zip(by, key)), **stats, "n": len(x), "missing": len(vals) - len(x)})
+    return out
+
+
+def failure_length(lengths: Sequence[int], accuracy: Sequence[float], chance: float) -> int | None:
+    """The first length whose accuracy has lost half of its margin over chance at the first length:
+    accuracy < (accuracy[0] + chance) / 2. None when no evaluated length gets there (or nothing to lose)."""
+    threshold = (accuracy[0] + chance) / 2
+    if accuracy[0] <= chance:
+        return None
+    return next((int(L) for L, a in zip(lengths, accuracy) if a < threshold), None)
+
+
+def _executor(workers: int, scheduler: str | None, stack: ExitStack) -> cf.Executor | None:
+    """None (run here), a local process pool, or a Dask cluster's concurrent.futures executor."""
+    if scheduler is not None:
+        from distributed import Client  # optional dependency: the "sweep" extra
+
+        return stack.enter_context(Client(scheduler)).get_executor()
+    if workers > 0:
+        pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+        return pool
+    return None
+
+
+def run_sweep(grid: Grid, cache: Cache | None = None, workers: int = 0, scheduler: str | None = None,
+              threads: int | None = None, progress: bool | None = None) -> Sweep:
+    """Run every (config, seed) of ``grid`` not in ``cache`` (default: Cache()) and return all results.
+
+    workers: 0 runs groups in this process; N > 0 on N local processes (one torch thread each unless
+    ``threads``). scheduler: a Dask distributed address (e.g. "tcp://10.0.0.1:8786") instead.
+    Each group's results are cached as soon as it finishes.
+    """
+    cache = cache if cache is not None else Cache()
+    if workers < 0:
+        raise ConfigError(f"workers={workers}: use 0 (this process) or a positive number of processes")
+    jobs = []  # (config, seeds still missing)
+    for c, seeds in grid.groups():
+        missing = tuple(s for s in seeds if cache.get(run_key(grid, c, s)) is None)
+        if missing:
+            jobs.append((c, missing))
+    if threads is None and workers > 0 and scheduler is None:
+        threads = 1  # N single-threaded processes, not N processes fighting over every core
+    bar = tqdm(total=sum(len(s) for _, s in jobs), disable=(None if progress is None else not progress),
+               desc=grid.name, unit="run")
+
+    def store(c: Config, seeds: tuple[int, ...], results: list[dict]) -> None:
+        for s, result in zip(seeds, results):
+            cache.put(run_key(grid, c, s), result)
+        bar.update(len(seeds))
+
+    with ExitStack() as stack:
+        stack.callback(bar.close)
+        pool = _executor(workers, scheduler, stack)
+        args = [(c, seeds, grid.eval_lengths(c), grid.samples, grid.eval_seed, grid.record, threads) for c, seeds in jobs]
+        if pool is None:
+            for a in args:
+                store(a[0], a[1], run_group(*a))
+        else:
+            futures = {pool.submit(run_group, *a): a for a in args}
+            for done in cf.as_completed(futures):
+                store(futures[done][0], futures[done][1], done.result())
+    records = []
+    for c, seeds in grid.groups():
+        for s in seeds:
+            key = run_key(grid, c, s)
+            records.append({"config": key["config"], "seed": s, "lengths": key["lengths"], **cache.get(key)})
+    return Sweep(grid, records, sum(len(s) for _, s in jobs))
+
+
+def iter_table(sweep: Sweep) -> Iterator[str]:
+    """Text table: one line per config (varied fields), accuracy mean ± sem over seeds per evaluation length."""
+    by = sweep.grid.varied()
+    stats = summarize(sweep.rows(), by + ["multiple"], "accuracy")
+    multiples = list(dict.fromkeys(s["multiple"] for s in stats))
+    yield " ".join(f"{k:>16}" for k in by) + "".join(f"{f'{m:g}x':>16}" for m in multiples)
+    for i in range(0, len(stats), len(multiples)):
+        line = stats[i : i + len(multiples)]
+        yield " ".join(f"{str(line[0][k]):>16}" for k in by) + "".join(
+            f"{s['mean']:>9.3f} ± {s['sem']:.3f}" for s in line)
+
+
+def describe(sweep: Sweep) -> dict[str, Any]:
+    """A JSON-ready summary: grid name, varied fields, runs computed vs cached, accuracy by config and length."""
+    by = sweep.grid.varied()
+    return {"name": sweep.grid.name, "varied": by, "runs": len(sweep.records), "computed": sweep.computed,
+            "seeds": list(sweep.grid.seeds),
+            "accuracy": summarize(sweep.rows(), by + ["multiple"], "accuracy")}

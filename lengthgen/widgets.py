@@ -1,0 +1,80 @@
+"""The live playground: ipywidgets controls that retrain a model and redraw its accuracy-by-length figure.
+
+Headless-safe: building the controls needs no browser, and ``run()`` trains and returns the figure
+whether or not a front end is attached (papermill runs it once with the default values; the saved
+page then shows the controls as a static snapshot next to that figure). In a live Jupyter kernel,
+releasing any control retrains with a progress bar and redraws the figure below the controls.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import ipywidgets as w
+import plotly.graph_objects as go
+from IPython.display import display
+
+from .config import ENCODINGS, Config, ConfigError
+from .evaluate import evaluate
+from .plots import LABELS, accuracy_vs_length
+from .train import train
+
+
+class Playground:
+    """Controls for training length, offset, vocabulary, encoding and number of seeds.
+
+    ``base`` gives every other setting (steps, width, ...). Evaluation lengths are ``multiples`` of
+    the training length. ``widget`` is the box to display; ``run()`` trains the current settings.
+    """
+
+    def __init__(self, base: Config, seeds: int = 2, multiples: Sequence[int] = (1, 2, 4, 8), samples: int = 500):
+        self.base, self.multiples, self.samples = base, list(multiples), samples
+        style = dict(description_width="130px")
+        slider = dict(continuous_update=False, style=style)
+        self.train_length = w.IntSlider(value=base.train_length, min=8, max=64, step=4, description="training length T", **slider)
+        self.offset = w.IntSlider(value=base.offset, min=1, max=8, description="offset K", **slider)
+        self.vocab = w.IntSlider(value=base.vocab, min=2, max=64, description="vocabulary V", **slider)
+        self.seeds = w.IntSlider(value=seeds, min=1, max=8, description="seeds", **slider)
+        self.encoding = w.Dropdown(options=[(LABELS[e], e) for e in ENCODINGS], value=base.encoding,
+                                   description="encoding", style=style)
+        self.progress = w.IntProgress(value=0, min=0, max=max(base.steps, 1), description="training", style=style)
+        self.status = w.HTML()
+        self.output = w.Output()
+        controls = [self.train_length, self.offset, self.vocab, self.seeds, self.encoding]
+        for c in controls:
+            c.observe(self._changed, names="value")
+        self.widget = w.VBox(controls + [self.progress, self.status, self.output])
+
+    def config(self) -> Config:
+        """The settings the controls show (raises ConfigError with what to change)."""
+        return self.base.replace(train_length=self.train_length.value, offset=self.offset.value,
+                                 vocab=self.vocab.value, encoding=self.encoding.value)
+
+    def run(self) -> go.Figure:
+        """Train the current settings (progress bar follows), evaluate at every multiple, return the figure."""
+        c = self.config()
+        self.progress.value = 0
+        self.status.value = f"training {LABELS[c.encoding]} on length {c.train_length}, offset {c.offset} ..."
+
+        def step(i: int, _acc: object) -> None:
+            self.progress.value = i + 1
+
+        trained = train(c, seeds=range(self.seeds.value), progress=False, on_step=step)
+        lengths = [m * c.train_length for m in self.multiples]
+        ev = evaluate(trained, lengths, samples=self.samples)
+        self.status.value = (
+            f"trained {len(trained.seeds)} seed(s) in {trained.seconds:.0f} s; "
+            f"steps used: {', '.join(str(int(s)) for s in trained.steps)}"
+        )
+        title = f"{LABELS[c.encoding]}: accuracy by length (T={c.train_length}, K={c.offset}, V={c.vocab})"
+        return accuracy_vs_length({(c.train_length, c.offset): {c.encoding: ev}}, title=title)
+
+    def _changed(self, _change: dict) -> None:
+        try:
+            fig = self.run()
+        except ConfigError as e:
+            self.status.value = f"<b>cannot train these settings:</b> {e}"
+            return
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(fig)

@@ -1,0 +1,355 @@
+"""Look at built HTML pages the way a reader does: serve a folder on 127.0.0.1, open a page in headless
+Chromium (Debian's /usr/bin/chromium driven by Playwright), and check what the page shows.
+
+Every ``*_problems`` function returns a list of problems in words (empty: the page passed), so a test can
+report all of them at once. ``open_page`` records every request, response size, console error and
+uncaught exception of the page while it is open; requests to any host but 127.0.0.1 are recorded and
+aborted. Used by tests/test_browser.py, on the book and on small synthetic pages.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import re
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Mapping
+from urllib.parse import unquote, urldefrag, urlsplit
+
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Request, Response, Route, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Flags that work as root in a container (../shared/TOOLCHAIN.md); Playwright adds --headless.
+CHROMIUM_FLAGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--no-first-run", "--disable-sync", "--disable-quic",
+]
+LOCAL_HOST = "127.0.0.1"
+VIEWPORT = {"width": 1280, "height": 900}
+SETTLE_MS = 15_000  # longest wait for saved widgets to show
+PLOTLY_JS = re.compile(r"/plotly(-[\d.]+)?(\.min)?\.js$")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serve(root: Path) -> Iterator[str]:
+    """Serve ``root`` on a free port of 127.0.0.1 from a thread; yields the base URL ('http://127.0.0.1:N/')."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"nothing to serve: {root} is not a folder")
+    server = http.server.ThreadingHTTPServer((LOCAL_HOST, 0), functools.partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://{LOCAL_HOST}:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextmanager
+def chromium(executable: Path = CHROMIUM) -> Iterator[BrowserContext]:
+    """A headless Chromium context with a fresh profile (deleted afterwards)."""
+    if not executable.exists():
+        raise FileNotFoundError(f"{executable} is missing: run scripts/install_chromium.sh")
+    with sync_playwright() as p, tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        context = p.chromium.launch_persistent_context(
+            profile, executable_path=str(executable), headless=True, args=CHROMIUM_FLAGS, viewport=VIEWPORT,
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@dataclass
+class Visit:
+    """One open page and what it did: every request, its size, and every error it reported."""
+
+    page: Page
+    requests: list[str] = field(default_factory=list)  # every URL requested, in order
+    sizes: dict[str, int] = field(default_factory=dict)  # URL -> bytes of the response body
+    errors: list[str] = field(default_factory=list)  # console errors, uncaught exceptions, failed requests
+    pending: set[Request] = field(default_factory=set)  # requests not answered yet
+
+    def listen(self) -> None:
+        """Record everything the page does from now on; requests leaving 127.0.0.1 are aborted."""
+        self.page.on("request", self._on_request)
+        self.page.on("requestfinished", lambda r: self.pending.discard(r))
+        self.page.on("requestfailed", self._on_failed)
+        self.page.on("response", self._on_response)
+        self.page.on("console", self._on_console)
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught exception: {e}"))
+        self.page.route("**/*", _local_only)
+
+    def _on_request(self, request: Request) -> None:
+        self.requests.append(request.url)
+        self.pending.add(request)
+
+    def _on_response(self, response: Response) -> None:
+        if response.status >= 400:
+            self.errors.append(f"HTTP {response.status} for {response.url}")
+        length = response.headers.get("content-length")
+        if length is None and response.status == 200:
+            length = len(response.body())
+        self.sizes[response.url] = int(length or 0)
+
+    def _on_failed(self, request: Request) -> None:
+        self.pending.discard(request)
+        if not self.errors or request.url not in self.errors[-1]:  # not the abort that follows an HTTP error
+            self.errors.append(f"request failed ({request.failure}): {request.url}")
+
+    def _on_console(self, message: ConsoleMessage) -> None:
+        # "Failed to load resource" repeats an HTTP error that _on_response reports with its URL.
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            self.errors.append(f"console error: {message.text} ({message.location.get('url')})")
+
+    def settle(self, timeout_ms: int, quiet_ms: int = 300) -> None:
+        """Wait until no request has been pending for ``quiet_ms`` (at most ``timeout_ms``)."""
+        quiet = 0
+        for _ in range(timeout_ms // 100):
+            quiet = quiet + 100 if not self.pending else 0
+            if quiet >= quiet_ms:
+                return
+            self.page.wait_for_timeout(100)
+
+
+def _local_only(route: Route) -> None:
+    """Let requests to 127.0.0.1 through, abort the rest (they are recorded as requests all the same)."""
+    if is_local(route.request.url):
+        route.continue_()
+    else:
+        route.abort("blockedbyclient")
+
+
+def is_local(url: str) -> bool:
+    """True for 127.0.0.1 and for URLs that need no network (data:, blob:, about:)."""
+    parts = urlsplit(url)
+    return parts.scheme in ("data", "blob", "about") or parts.hostname == LOCAL_HOST
+
+
+def open_page(context: BrowserContext, url: str, settle_ms: int = SETTLE_MS) -> Visit:
+    """Load ``url`` and wait until it has finished drawing: every script loaded, MathJax done, the saved
+    widgets shown and the network quiet (at most ``settle_ms`` for the last two).
+
+    Routing every request also turns off the HTTP cache, so ``sizes`` holds what each page transfers.
+    """
+    visit = Visit(context.new_page())
+    visit.listen()
+    visit.page.goto(url, wait_until="load")
+    visit.page.evaluate("() => window.MathJax?.startup?.promise")
+    try:
+        visit.page.wait_for_function(f"() => {_WIDGETS_PENDING_JS}.length === 0", timeout=settle_ms)
+    except PlaywrightTimeout:
+        pass  # widget_problems names the ones that never showed
+    visit.settle(settle_ms)
+    return visit
+
+
+def outside_requests(visit: Visit) -> list[str]:
+    """Every request that tried to leave 127.0.0.1."""
+    return [f"request to another host: {u}" for u in visit.requests if not is_local(u)]
+
+
+def console_problems(visit: Visit, allowed: Mapping[str, str]) -> list[str]:
+    """Errors the page reported, except those matching a regex of ``allowed`` (regex -> why it is harmless)."""
+    return [e for e in visit.errors if not any(re.search(rx, e) for rx in allowed)]
+
+
+def is_shared(url: str) -> bool:
+    """Theme and vendored assets every page shares (cached by a reader's browser): _static/ and any .js."""
+    path = urlsplit(url).path
+    return path.startswith("/_static/") or path.endswith(".js")
+
+
+def page_weight(visit: Visit) -> tuple[int, int]:
+    """Bytes transferred: (the page's own: HTML, JSON, images; the shared scripts, styles and fonts)."""
+    own = sum(n for u, n in visit.sizes.items() if not is_shared(u))
+    return own, sum(visit.sizes.values()) - own
+
+
+def plotly_loads(visit: Visit) -> int:
+    """How many times plotly.js reached the page: script requests plus copies inlined in the HTML."""
+    requested = sum(1 for u in visit.requests if PLOTLY_JS.search(urlsplit(u).path))
+    inlined = visit.page.evaluate(
+        "() => [...document.scripts].filter(s => !s.src && s.text.includes('* plotly.js v')).length"
+    )
+    return requested + inlined
+
+
+# The number of data marks a figure shows: lines, markers, bars, fills of any trace (plotly.js 3-4 draws
+# each trace as a g.trace) and heatmap rasters (an <image>).
+_MARKS_JS = """gd => [...gd.querySelectorAll('.main-svg g.trace path, .main-svg image')]
+    .filter(e => (e.getAttribute(e.tagName === 'path' ? 'd' : 'href') || '').length > 5).length"""
+
+_FIGURES_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].map(gd => {
+    const full = gd._fullLayout || {};
+    const axes = Object.keys(full).filter(k => /^[xy]axis\\d*$/.test(k) && full[k].visible !== false);
+    const figure = gd.closest('figure');
+    return {
+        id: gd.id,
+        drawn: Array.isArray(gd._fullData) && gd.querySelector('.main-svg') !== null,
+        traces: (gd._fullData || []).filter(t => t.visible === true).length,
+        marks: (MARKS)(gd),
+        title: (full.title && full.title.text) || '',
+        untitled_axes: axes.filter(k => !(full[k].title && full[k].title.text)),
+        caption: figure ? (figure.querySelector('figcaption')?.textContent || '').trim() : '',
+    };
+})"""
+
+
+def figure_problems(page: Page) -> list[str]:
+    """Every plotly figure is drawn (an SVG with data marks), has a title, axis titles and a caption."""
+    problems = []
+    for f in page.evaluate(_FIGURES_JS.replace("MARKS", _MARKS_JS)):
+        name = f"figure {f['title'] or f['caption'][:60] or f['id']!r}"
+        if not f["drawn"]:
+            problems.append(f"{name} was never drawn by plotly.js (no SVG)")
+        elif f["traces"] == 0 or f["marks"] == 0:
+            problems.append(f"{name} is drawn but shows no data ({f['traces']} visible traces, {f['marks']} marks)")
+        if f["drawn"] and not f["title"]:
+            problems.append(f"{name} has no title")
+        if f["drawn"] and f["untitled_axes"]:
+            problems.append(f"{name}: axes {f['untitled_axes']} have no title (say what and in which unit)")
+        if not f["caption"]:
+            problems.append(f"{name} has no caption (glue it into a {{glue:figure}} with a caption)")
+    return problems
+
+
+_RAW_MATH_JS = """() => {
+    const skip = 'pre, code, script, style, textarea, mjx-container, .plotly-graph-div';
+    const root = document.querySelector('main') || document.body;
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    const found = [];
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+        const i = n.data.search(/\\\\\\(|\\\\\\[|\\$\\$/);
+        if (i >= 0 && !n.parentElement.closest(skip)) found.push(n.data.slice(Math.max(0, i - 20), i + 40));
+    }
+    const untypeset = [...document.querySelectorAll('.math')].filter(e => !e.querySelector('mjx-container'));
+    return {raw: found, untypeset: untypeset.map(e => e.textContent.slice(0, 60)),
+            errors: [...document.querySelectorAll('mjx-merror')].map(e => e.textContent.slice(0, 60))};
+}"""
+
+
+def math_problems(page: Page) -> list[str]:
+    """Every formula is typeset: no raw \\( \\[ $$ left in the text, no MathJax error."""
+    found = page.evaluate(_RAW_MATH_JS)
+    return (
+        [f"raw TeX left in the text: {s!r}" for s in found["raw"]]
+        + [f"formula not typeset: {s!r}" for s in found["untypeset"]]
+        + [f"MathJax error: {s!r}" for s in found["errors"]]
+    )
+
+
+# Saved widget views (myst-nb writes one script per view; the widget manager inserts a .widget-subarea
+# before it when it renders the view) that are not showing yet.
+_WIDGETS_PENDING_JS = """[...document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]')]
+    .filter(s => { const a = s.previousElementSibling;
+                   return !(a && a.classList.contains('widget-subarea') && a.getBoundingClientRect().height > 0); })"""
+
+
+def widget_problems(page: Page) -> list[str]:
+    """Every widget saved with the notebook shows (rendered by the widget manager, with a visible size)."""
+    missing = page.evaluate(f"() => {_WIDGETS_PENDING_JS}.map(s => s.textContent.slice(0, 120))")
+    return [f"saved widget does not show: {m.strip()}" for m in missing]
+
+
+_SNAPSHOT_JS = """gd => JSON.stringify((gd._fullData || []).filter(t => t.visible === true).map(t =>
+    ['x', 'y', 'z', 'text'].map(k => t[k] == null ? null
+        : Array.from(t[k], v => (v && typeof v === 'object') ? Array.from(v) : v))))"""
+
+_SLIDERS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap((gd, g) =>
+    ((gd._fullLayout && gd._fullLayout.sliders) || []).filter(s => s.visible !== false).map((s, k) =>
+        ({figure: g, slider: k, title: (gd._fullLayout.title && gd._fullLayout.title.text) || gd.id,
+          labels: s.steps.map(st => st.label)})))"""
+
+
+def slider_problems(page: Page, visit: Visit) -> list[str]:
+    """Click every step of every plotly slider, as a reader would: each step must be selected, change the
+    plotted data (visible traces' x, y, z, text) from the step before, leave data marks on screen, and
+    raise no JavaScript error."""
+    problems = []
+    for s in page.evaluate(_SLIDERS_JS):
+        gd = page.locator(".plotly-graph-div").nth(s["figure"])
+        group = gd.locator(".slider-group").nth(s["slider"])
+        group.scroll_into_view_if_needed()
+        rail = group.locator(".slider-rail-touch-rect").bounding_box()
+        active = f"gd => gd._fullLayout.sliders[{s['slider']}].active"
+        for i, label in enumerate(s["labels"][1:], start=1):
+            where = f"figure {s['title']!r}, slider step {label!r}"
+            errors = len(visit.errors)
+            before = gd.evaluate(_SNAPSHOT_JS)
+            tick = group.locator(".slider-tick-rect").nth(i).bounding_box()
+            page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
+            # plotly.js marks the step active at once and redraws on the next animation frame
+            if not _wait(page, f"([gd, i]) => ({active})(gd) === i", [gd.element_handle(), i]):
+                problems.append(f"{where}: clicking it did not select it (active: {gd.evaluate(active)})")
+                continue
+            if not _wait(page, f"([gd, before]) => ({_SNAPSHOT_JS})(gd) !== before", [gd.element_handle(), before]):
+                problems.append(f"{where}: moving the slider did not change the plotted data")
+            if gd.evaluate(_MARKS_JS) == 0:
+                problems.append(f"{where}: no data left on screen")
+            problems += [f"{where}: {e}" for e in visit.errors[errors:]]
+    return problems
+
+
+def _wait(page: Page, predicate: str, arg: object, timeout_ms: int = 2000) -> bool:
+    """Whether the JavaScript ``predicate(arg)`` became true within ``timeout_ms``."""
+    try:
+        page.wait_for_function(predicate, arg=arg, timeout=timeout_ms)
+        return True
+    except PlaywrightTimeout:
+        return False
+
+
+def link_problems(page: Page, base: str) -> list[str]:
+    """Every href and src of the page that points into the site (``base``) exists (HTTP 200), and so does
+    the anchor of a link to a page; nothing but plain links (<a>) points elsewhere."""
+    targets = page.evaluate("""() => [...document.querySelectorAll('[href], [src]')].flatMap(e =>
+        ['href', 'src'].filter(a => e.hasAttribute(a)).map(a =>
+            ({tag: e.tagName.toLowerCase(), url: new URL(e.getAttribute(a), document.baseURI).href})))""")
+    problems = []
+    for t in targets:
+        url, fragment = urldefrag(t["url"])
+        if urlsplit(url).scheme in ("mailto", "javascript", "data", "blob"):
+            continue
+        if not url.startswith(base):
+            if t["tag"] != "a":
+                problems.append(f"<{t['tag']}> loads from outside the site: {t['url']}")
+            continue
+        code = http_status(url)
+        if code != 200:
+            problems.append(f"broken {'link' if t['tag'] == 'a' else t['tag']}: {t['url']} (HTTP {code})")
+        elif fragment and url.endswith(".html") and unquote(fragment) not in anchors(url):
+            problems.append(f"link to a missing anchor: {t['url']}")
+    return sorted(set(problems))
+
+
+@functools.lru_cache(maxsize=None)
+def http_status(url: str) -> int | None:
+    """The HTTP status of a HEAD request (None when the server cannot be reached)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except urllib.error.URLError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def anchors(url: str) -> frozenset[str]:
+    """The ids and names an HTML page defines (the targets of #fragment links)."""
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return frozenset(re.findall(r'\b(?:id|name)="([^"]+)"', r.read().decode("utf-8", "replace")))

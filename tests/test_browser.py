@@ -1,0 +1,213 @@
+"""The built book in headless Chromium, page by page, the way a reader sees it (issue 5).
+
+For every page of the table of contents, served from _build/html on 127.0.0.1: it loads; every plotly
+figure is drawn with data, a title, axis titles and a caption; every formula is typeset; every saved
+widget shows; every slider step changes the plotted data without a JavaScript error; no request leaves
+127.0.0.1; no console error outside ALLOWED_ERRORS; every internal href/src resolves; plotly.js is
+loaded once; the page's own bytes stay under MAX_PAGE_BYTES. A screenshot of each page goes to
+_build/screenshots/NAME.png and the page weights to the test output.
+
+`make test` builds the book first and sets LENGTHGEN_BROWSER_TEST=required, so a missing build or
+browser fails there; run alone, these tests skip with the command to run instead.
+
+The second half runs the same checkers on small synthetic pages (figures made by lengthgen.plots),
+each broken in one way, so that every check is shown to fail when it should.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator
+
+import plotly
+import plotly.graph_objects as go
+import pytest
+from playwright.sync_api import BrowserContext
+
+from browser_util import (
+    CHROMIUM, Visit, chromium, console_problems, figure_problems, link_problems, math_problems, open_page,
+    outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
+)
+from lengthgen import book, plots
+
+pytestmark = pytest.mark.browser
+
+SCREENSHOTS = book.BUILD / "screenshots"
+MAX_PAGE_BYTES = 200_000  # a page's own HTML, JSON and images, besides the shared scripts (issue 5)
+REQUIRED = os.environ.get("LENGTHGEN_BROWSER_TEST") == "required"
+
+# Console errors the built book is allowed to show: regex -> why it is harmless.
+ALLOWED_ERRORS = {
+    r"uncaught exception: .*Identifier 'THEBE_JS_URL' has already been declared":
+        "jupyter-book 1 includes sphinx-thebe's script twice; thebe (live code) is off in _config.yml",
+    r"console error: Got invalid theme mode: \. Resetting to auto":
+        "pydata-sphinx-theme on a fresh profile (no saved light/dark mode): it falls back to auto",
+    r"uncaught exception: Cannot read properties of undefined \(reading 'Queue'\)":
+        "the widget controls typeset labels with MathJax 2's MathJax.Hub.Queue, absent from the book's "
+        "MathJax 3; the label text is set before that call, so every control still shows its label",
+    r"HTTP 404 for \S+/@jupyter-widgets/html-manager/dist/\w+\.(woff2?|ttf)$":
+        "the widget manager looks for its icon font beside the page, not in _static/html-manager; "
+        "no widget of the book shows an icon",
+}
+
+
+def unavailable(reason: str) -> None:
+    """Skip with ``reason`` when run by hand; fail inside `make test`, where the browser test must run."""
+    if REQUIRED:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def context() -> Iterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
+    with chromium() as ctx:
+        yield ctx
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[str]:
+    if not (book.HTML / "index.html").exists():
+        unavailable(f"no built book in {book.HTML}: run `make book-quick` first (make test builds it)")
+    with serve(book.HTML) as base:
+        yield base
+
+
+def report(visit: Visit, base: str, name: str) -> dict[str, list[str]]:
+    """Every problem of an open page, by kind (the slider check moves the sliders, so it runs last)."""
+    return {
+        "figures": figure_problems(visit.page),
+        "math": math_problems(visit.page),
+        "widgets": widget_problems(visit.page),
+        "links": link_problems(visit.page, base),
+        "sliders": slider_problems(visit.page, visit),
+        "requests": outside_requests(visit),
+        "console": console_problems(visit, ALLOWED_ERRORS),
+    }
+
+
+@pytest.mark.parametrize("name", book.toc_files())
+def test_book_page(site: str, context: BrowserContext, name: str, capsys: pytest.CaptureFixture) -> None:
+    assert (book.HTML / f"{name}.html").exists(), f"{name}.html is in _toc.yml but not in the build"
+    visit = open_page(context, f"{site}{name}.html")
+    try:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        visit.page.screenshot(path=SCREENSHOTS / f"{Path(name).name}.png", full_page=True)
+        figures = visit.page.locator(".plotly-graph-div").count()
+        problems = report(visit, site, name)
+        own, shared = page_weight(visit)
+        with capsys.disabled():
+            print(f"\n  page weight {name}: {own / 1000:.1f} KB own (HTML, JSON, images) + "
+                  f"{shared / 1e6:.1f} MB shared scripts, styles, fonts; {figures} figures", end="")
+        loads = plotly_loads(visit)
+        if loads > 1 or (figures and loads == 0):
+            problems["plotly.js"] = [f"plotly.js loaded {loads} times (once per page wanted)"]
+        if own > MAX_PAGE_BYTES:
+            problems["weight"] = [f"{own} bytes of HTML/JSON/images, over the {MAX_PAGE_BYTES} budget"]
+        if (book.ROOT / f"{name}.ipynb").exists():
+            download = visit.page.locator(f'a[href$="_sources/{name}.ipynb"]').count()
+            problems["downloads"] = [] if download else ["no .ipynb download button"]
+    finally:
+        visit.page.close()
+    found = [f"{kind}: {p}" for kind, ps in problems.items() for p in ps]
+    assert not found, f"{name}: {len(found)} problems\n" + "\n".join(found)
+
+
+def test_site_root_opens_the_introduction(site: str, context: BrowserContext) -> None:
+    page = context.new_page()
+    try:
+        page.goto(site)
+        page.wait_for_url(f"{site}{book.toc_files()[0]}.html", timeout=5000)
+    finally:
+        page.close()
+
+
+# --- The checkers on synthetic pages: each page is broken in one way -------------------------------------
+
+def figure_html(frames: dict[str, list[go.BaseTraceType]]) -> str:
+    """A figure as the book renders it (lengthgen.plots), in a <figure> with a caption."""
+    fig = plots.slider_figure(frames, "setting", title="Synthetic", xaxis_title="x (units)", yaxis_title="y (units)")
+    div = plots.BookHTML().to_mimebundle(fig.to_dict())["text/html"]
+    return f"<figure>{div}<figcaption>What to look for.</figcaption></figure>"
+
+
+Checked = tuple[Visit, dict[str, list[str]]]
+GOOD_FIGURE = figure_html({"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[3, 1, 2])]})
+PAGES = {
+    "good": GOOD_FIGURE,
+    "broken_figure": GOOD_FIGURE.replace("Plotly.newPlot(", "Plotly.newPlott("),
+    "empty_figure": figure_html({"a": [go.Scatter(y=[])]}),
+    "dead_slider": figure_html({"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[1, 2, 3])]}),
+    "cdn": GOOD_FIGURE + '<script src="https://cdn.plot.ly/plotly-2.35.2.min.js"></script>',
+    "plotly_twice": GOOD_FIGURE + '<script src="plotly.min.js?again"></script>',
+    "bad_links": '<a href="good.html">ok</a> <a href="nowhere.html">x</a> <a href="good.html#nope">y</a>'
+                 '<img src="missing.png">',
+    "raw_math": '<p>Inline <span class="math">\\(x^2\\)</span> and display $$y$$.</p>',
+    "hidden_widget": '<script type="application/vnd.jupyter.widget-view+json">{"model_id": "m"}</script>',
+}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The synthetic pages with plotly.js, served: (base URL, folder)."""
+    root = tmp_path_factory.mktemp("pages")
+    shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", root)
+    for name, body in PAGES.items():
+        (root / f"{name}.html").write_text(
+            '<!doctype html><html><head><meta charset="utf-8"><script src="plotly.min.js"></script>'
+            f"<title>{name}</title></head><body><main>{body}</main></body></html>"
+        )
+    with serve(root) as base:
+        yield base, root
+
+
+@pytest.fixture(scope="module")
+def checked(synthetic: tuple[str, Path], context: BrowserContext) -> Iterator[Callable[[str], Checked]]:
+    """Open a synthetic page once and run every check on it: name -> (its Visit, its problems by kind)."""
+    base, _ = synthetic
+    done: dict[str, Checked] = {}
+
+    def get(name: str) -> Checked:
+        if name not in done:
+            visit = open_page(context, f"{base}{name}.html", settle_ms=500)
+            done[name] = visit, report(visit, base, name)
+        return done[name]
+
+    yield get
+    for visit, _ in done.values():
+        visit.page.close()
+
+
+def test_checkers_pass_a_good_page(synthetic: tuple[str, Path], checked: Callable[[str], Checked]) -> None:
+    visit, problems = checked("good")
+    assert not any(problems.values()), problems
+    assert plotly_loads(visit) == 1
+    _, root = synthetic
+    assert page_weight(visit) == ((root / "good.html").stat().st_size, (root / "plotly.min.js").stat().st_size)
+
+
+@pytest.mark.parametrize("name, kind, expected", [
+    ("broken_figure", "figures", "never drawn"),
+    ("broken_figure", "console", "Plotly.newPlott is not a function"),
+    ("empty_figure", "figures", "shows no data"),
+    ("dead_slider", "sliders", "did not change the plotted data"),
+    ("cdn", "requests", "request to another host: https://cdn.plot.ly/"),
+    ("cdn", "links", "<script> loads from outside the site"),
+    ("bad_links", "links", "broken link: "),
+    ("bad_links", "links", "link to a missing anchor: "),
+    ("bad_links", "links", "broken img: "),
+    ("raw_math", "math", "raw TeX left in the text"),
+    ("raw_math", "math", "formula not typeset"),
+    ("hidden_widget", "widgets", "saved widget does not show"),
+])
+def test_checkers_catch_a_broken_page(checked: Callable[[str], Checked], name: str, kind: str, expected: str) -> None:
+    _, problems = checked(name)
+    assert any(expected in p for p in problems[kind]), f"{name}: no {kind} problem says {expected!r}: {problems}"
+
+
+def test_plotly_loaded_twice_is_counted(checked: Callable[[str], Checked]) -> None:
+    visit, _ = checked("plotly_twice")
+    assert plotly_loads(visit) == 2

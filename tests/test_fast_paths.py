@@ -1,0 +1,139 @@
+"""The fast paths give the plain path's numbers: vocabulary tables, last-query-only layers, the
+foreach optimiser, batched ensembles. Speed itself is measured by benchmarks/, never asserted here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen import ENCODINGS, Config, evaluate, train
+from lengthgen.model import Model
+from lengthgen.task import eval_tokens, generator, targets
+from lengthgen.train import NO_DECAY, EnsembleAdam, cpu_threads
+
+SEEDS = (0, 1, 2)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """These checks are many tiny fp64 ops: one thread, as in training (threads slow them down)."""
+    with cpu_threads(torch.device("cpu")):
+        yield
+
+
+def grads(logits: torch.Tensor, y: torch.Tensor, model: Model) -> tuple[torch.Tensor, ...]:
+    """Gradients of every parameter of the cross-entropy of logits (S, B, V) against targets y (B,)."""
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.expand(logits.shape[:2]).flatten())
+    return torch.autograd.grad(loss, list(model.parameters()))
+
+
+def fp64_model(c: Config) -> tuple[Model, torch.Tensor]:
+    """A float64 ensemble and held-out tokens (B, L) longer than training, so untrained positions count too."""
+    return Model(c, SEEDS).double(), eval_tokens(c, 2 * c.train_length + 3, samples=24, seed=5)
+
+
+@pytest.mark.parametrize("mlp,residual", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_tables_match_plain_path(encoding: str, mlp: bool, residual: bool) -> None:
+    """One layer: forward_tables equals forward_positions in logits, attention and every gradient (fp64)."""
+    c = Config(encoding=encoding, mlp=mlp, residual=residual, max_length=128)
+    model, tokens = fp64_model(c)
+    y = targets(tokens, c.offset)
+    fast, plain = model.forward_tables(tokens), model.forward_positions(tokens)
+    assert torch.allclose(fast.logits, plain.logits, atol=1e-12, rtol=1e-12)
+    assert torch.allclose(fast.attentions[0], plain.attentions[0], atol=1e-14, rtol=0)
+    for (name, _), a, b in zip(model.named_parameters(), grads(fast.logits, y, model), grads(plain.logits, y, model)):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
+
+
+def test_tables_take_per_member_tokens() -> None:
+    """Tokens (S, B, L), one batch per member as in training, give the same numbers as the plain path."""
+    c = Config()
+    model = Model(c, SEEDS).double()
+    tokens = torch.randint(c.vocab, (len(SEEDS), 16, c.train_length), generator=generator(9))
+    assert torch.allclose(model.forward_tables(tokens).logits, model.forward_positions(tokens).logits, atol=1e-12)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_last_query_only_matches_full_attention_with_two_layers(encoding: str) -> None:
+    """Two layers: computing only the last query of the last layer changes no logit or gradient (fp64)."""
+    c = Config(encoding=encoding, layers=2, mlp=True, max_length=128)
+    model, tokens = fp64_model(c)
+    y = targets(tokens, c.offset)
+    last, full = model(tokens), model(tokens, full=True)
+    assert torch.allclose(last.logits, full.logits, atol=1e-12, rtol=1e-12)
+    assert torch.allclose(last.attentions[-1][:, :, 0], full.attentions[-1][:, :, -1], atol=1e-14, rtol=0)
+    for (name, _), a, b in zip(model.named_parameters(), grads(last.logits, y, model), grads(full.logits, y, model)):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
+
+
+def test_forward_takes_the_tables_only_where_exact() -> None:
+    c = Config()
+    with pytest.raises(ValueError, match="one-layer"):
+        Model(c.replace(layers=2), [0]).forward_tables(eval_tokens(c, 8, 2))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_ensemble_adam_matches_torch_adam(weight_decay: float) -> None:
+    """All members active: the same steps as torch.optim.Adam (AdamW with decay, none on the tables)."""
+    c = Config(encoding="ape", weight_decay=weight_decay, lr=1e-2)
+    ours, ref = Model(c, SEEDS).double(), Model(c, SEEDS).double()
+    opt = EnsembleAdam(list(ours.named_parameters()), c)
+    groups = [
+        {"params": [p for n, p in ref.named_parameters() if n in NO_DECAY], "weight_decay": 0.0},
+        {"params": [p for n, p in ref.named_parameters() if n not in NO_DECAY], "weight_decay": weight_decay},
+    ]
+    torch_opt = torch.optim.AdamW(groups, lr=c.lr, eps=1e-8)
+    tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
+    y = targets(tokens, c.offset)
+    for _ in range(5):
+        for model in (ours, ref):
+            for p, g in zip(model.parameters(), grads(model(tokens).logits, y, model)):
+                p.grad = g
+        opt.step(torch.ones(len(SEEDS), dtype=torch.bool))
+        torch_opt.step()
+    for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
+        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
+
+
+def test_ensemble_adam_leaves_inactive_members_exactly_alone() -> None:
+    c = Config(weight_decay=0.1)
+    model = Model(c, SEEDS)
+    opt = EnsembleAdam(list(model.named_parameters()), c)
+    tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
+    active = torch.tensor([True, False, True])
+    for _ in range(3):
+        model.zero_grad(set_to_none=False)
+        model(tokens).logits.square().sum().backward()
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.step(active)
+    for p, old in zip(model.parameters(), before):
+        assert torch.equal(p[1], old[1]) and not torch.equal(p[0], old[0])
+    assert opt.t.tolist() == [3.0, 0.0, 3.0]
+    assert all(float(m[1].abs().max()) == 0.0 for m in opt.m)
+
+
+def test_ensemble_member_equals_the_same_seed_trained_alone() -> None:
+    """Seed 1 batched with others follows its solo run step for step, while they stop before and after it."""
+    c = Config(steps=150, target_accuracy=0.9)
+    together = train(c, seeds=[0, 1, 2], progress=False)
+    alone = train(c, seeds=[1], progress=False)
+    assert together.steps[0] < together.steps[1] < together.steps[2] < c.steps
+    assert together.steps[1] == alone.steps[0]
+    n = len(alone.loss)
+    assert np.allclose(together.loss[:n, 1], alone.loss[:, 0], atol=1e-5, rtol=0)
+    for a, b in zip(together.model.parameters(), alone.model.parameters()):
+        assert torch.allclose(a[1], b[0], atol=1e-5, rtol=0)
+
+
+def test_trained_accuracy_is_the_same_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Training through the tables and through the plain path: same losses and held-out accuracy."""
+    c = Config(steps=80, target_accuracy=None)
+    fast = train(c, seeds=[0], progress=False)
+    monkeypatch.setattr(Model, "use_tables", False)
+    plain = train(c, seeds=[0], progress=False)
+    assert np.allclose(fast.loss[:40], plain.loss[:40], atol=1e-4, rtol=0)
+    lengths = [c.train_length, 2 * c.train_length]
+    acc_fast, acc_plain = evaluate(fast, lengths, samples=500).accuracy(), evaluate(plain, lengths, samples=500).accuracy()
+    assert np.allclose(acc_fast, acc_plain, atol=0.02, rtol=0)

@@ -1,0 +1,177 @@
+"""The sweep runner: grid parsing, batched groups, resume after an interruption, pool and Dask paths, CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lengthgen import sweep as sweep_mod
+from lengthgen.__main__ import main
+from lengthgen.cache import Cache
+from lengthgen.config import Config, ConfigError
+from lengthgen.sweep import GridError, grid_from_dict, load_grid, run_sweep, summarize
+
+TINY = {"vocab": 4, "dim": 8, "train_length": 8, "offset": 2, "steps": 6, "batch": 16, "target_accuracy": None}
+
+
+def tiny_grid(**changes) -> dict:
+    spec = {"name": "tiny", "base": TINY, "product": {"encoding": ["rope", "ape"]},
+            "variants": [{}, {"dim": 4}], "seeds": 2, "eval": {"multiples": [1, 2], "samples": 40}}
+    spec.update(changes)
+    return spec
+
+
+class CountingTrain:
+    """Wraps sweep.train: records (config, seeds) of each call; raises on call number ``fail_at``."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.calls: list[tuple[Config, list[int]]] = []
+        self.fail_at = fail_at
+        self.real = sweep_mod.train
+
+    def __call__(self, c, seeds, **kw):
+        self.calls.append((c, list(seeds)))
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise KeyboardInterrupt("interrupted mid-sweep")
+        return self.real(c, seeds, **kw)
+
+
+def test_grid_expands_product_times_variants() -> None:
+    g = grid_from_dict(tiny_grid(variants=[{}, {"dim": 4}, {"dim": 8}]))  # {"dim": 8} repeats the base
+    assert [(c.encoding, c.dim) for c in g.configs] == [("rope", 8), ("rope", 4), ("ape", 8), ("ape", 4)]
+    assert g.seeds == (0, 1) and g.varied() == ["encoding", "dim"]
+    assert g.eval_lengths(g.configs[0]) == [8, 16]
+    ints = grid_from_dict(tiny_grid(product={}, variants=[{"rope_base": 100}, {"rope_base": 100.0}]))
+    assert len(ints.configs) == 1 and '"rope_base": 100.0' in ints.configs[0].key()  # one cache key for both
+    q = grid_from_dict(tiny_grid(quick={"seeds": [5], "eval": {"lengths": [9]}}), quick=True)
+    assert q.seeds == (5,) and q.eval_lengths(q.configs[0]) == [9]
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"bogus": 1}, "unknown grid key"),
+    ({"base": {"widht": 8}}, "unknown setting"),
+    ({"product": {"encoding": "rope"}}, "non-empty lists"),
+    ({"variants": {}}, "non-empty list of override dicts"),
+    ({"seeds": []}, "seeds"),
+    ({"record": ["kernel", "everything"]}, "extras"),
+    ({"eval": {"multiples": [1], "lengths": [8]}}, "not both"),
+    ({"base": {**TINY, "max_length": 10}}, "past the APE table"),  # APE at 2x = 16 > 10 rows: fails before training
+])
+def test_bad_grids_say_what_to_fix(spec: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        grid_from_dict(tiny_grid(**spec))
+
+
+def test_bad_grid_file(tmp_path: Path) -> None:
+    with pytest.raises(GridError, match="not found"):
+        load_grid(tmp_path / "missing.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(GridError, match="not valid JSON"):
+        load_grid(tmp_path / "broken.json")
+
+
+def test_interrupted_sweep_resumes_and_finished_one_reruns_from_cache(tmp_path: Path, monkeypatch) -> None:
+    g = grid_from_dict(tiny_grid(record=["kernel"]))
+    cache = Cache(tmp_path / "a")
+    failing = CountingTrain(fail_at=3)
+    monkeypatch.setattr(sweep_mod, "train", failing)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(g, cache)
+    assert len(cache) == 4  # two groups of 2 seeds finished and were stored
+    done = [c for c, _ in failing.calls[:2]]
+
+    resumed = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train", resumed)
+    result = run_sweep(g, cache)
+    assert [c for c, _ in resumed.calls] == [c for c in g.configs if c not in done]  # only the missing groups
+    assert all(seeds == [0, 1] for _, seeds in resumed.calls)  # each trained as one batched ensemble
+    assert result.computed == 4 and len(result.records) == 8
+
+    again = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train", again)
+    rerun = run_sweep(g, cache)
+    assert again.calls == [] and rerun.computed == 0 and rerun.records == result.records
+
+    monkeypatch.undo()
+    fresh = run_sweep(g, Cache(tmp_path / "b"))  # uninterrupted, from scratch: the same numbers
+    assert fresh.records == result.records
+
+
+def test_records_hold_per_length_results_and_kernel_for_rope(tmp_path: Path) -> None:
+    g = grid_from_dict(tiny_grid(variants=[{}], record=["kernel", "argmax", "pinning"]))
+    result = run_sweep(g, Cache(tmp_path))
+    rope, ape = result.records[0], result.records[-1]
+    assert rope["config"]["encoding"] == "rope" and ape["config"]["encoding"] == "ape"
+    for r in result.records:
+        assert r["lengths"] == [8, 16] and len(r["accuracy"]) == len(r["target_weight"]) == 2
+        assert r["steps"] == TINY["steps"] and all(0 <= a <= 1 for a in r["accuracy"] + r["argmax_at_target"])
+    assert set(rope["kernel"]) == {"margin_target", "margin_in_window", "margin_beyond",
+                                   "predicted_failure_length", "qk_norm"}
+    assert "kernel" not in ape
+    assert len(ape["argmax_at_pinned"]) == 2 and len(ape["argmax_at_pinned"][0]) == TINY.get("layers", 1)
+    assert all(0 <= x <= 1 for x in ape["predicts_pinned"])
+    rows = result.rows()
+    assert len(rows) == 4 * 2 and {r["multiple"] for r in rows} == {1.0, 2.0}
+    assert rows[0]["chance"] == 1 / TINY["vocab"] and "argmax_at_pinned_layer1" in rows[0]
+
+
+def test_more_seeds_train_only_the_new_ones_with_the_same_numbers(tmp_path: Path, monkeypatch) -> None:
+    cache = Cache(tmp_path / "a")
+    run_sweep(grid_from_dict(tiny_grid(variants=[{}], product={}, seeds=2)), cache)
+    counting = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train", counting)
+    grown = run_sweep(grid_from_dict(tiny_grid(variants=[{}], product={}, seeds=3)), cache)
+    assert [s for _, s in counting.calls] == [[2]]
+    monkeypatch.undo()
+    fresh = run_sweep(grid_from_dict(tiny_grid(variants=[{}], product={}, seeds=3)), Cache(tmp_path / "b"))
+    assert grown.records == fresh.records  # an ensemble member trains exactly as it would alone
+
+
+def test_summarize() -> None:
+    rows = [{"e": "a", "v": 1.0}, {"e": "a", "v": 3.0}, {"e": "b", "v": 2.0}, {"e": "b", "v": None}]
+    a, b = summarize(rows, ["e"], "v")
+    assert (a["mean"], a["sem"], a["n"], a["min"], a["max"]) == (2.0, 1.0, 2, 1.0, 3.0)
+    assert (b["mean"], b["sem"], b["n"], b["missing"]) == (2.0, 0.0, 1, 1)
+
+
+def test_process_pool_gives_the_same_numbers(tmp_path: Path) -> None:
+    g = grid_from_dict(tiny_grid(variants=[{}]))
+    local = run_sweep(g, Cache(tmp_path / "a"))
+    pooled = run_sweep(g, Cache(tmp_path / "b"), workers=2)
+    assert pooled.computed == 4 and pooled.records == local.records
+
+
+def test_dask_local_cluster(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    g = grid_from_dict(tiny_grid(variants=[{}]))
+    local = run_sweep(g, Cache(tmp_path / "a"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        remote = run_sweep(g, Cache(tmp_path / "b"), scheduler=cluster.scheduler_address)
+    assert remote.computed == 4 and remote.records == local.records
+
+
+def test_cli_sweep(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(tiny_grid(variants=[{}], quick={"seeds": 1})))
+    args = ["sweep", str(path), "--cache", str(tmp_path / "cache"), "--quick"]
+    assert main(args + ["--json"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert (first["runs"], first["computed"], first["varied"]) == (2, 2, ["encoding"])
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "2 from the cache" in out and "ape" in out and "2x" in out
+    assert main(["sweep", str(tmp_path / "nope.json")]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_failure_length_and_grid_names() -> None:
+    from lengthgen.sweep import failure_length
+
+    lengths = [32, 64, 128, 256]
+    assert failure_length(lengths, [1.0, 0.9, 0.5, 0.1], chance=0.1) == 128  # threshold (1.0 + 0.1) / 2 = 0.55
+    assert failure_length(lengths, [1.0, 0.6, 0.56, 0.55], chance=0.1) is None
+    assert failure_length(lengths, [0.1, 0.0, 0.0, 0.0], chance=0.1) is None  # nothing learned: nothing to lose
+    assert load_grid("budget").name == "budget"  # a name resolves to sweeps/budget.json
