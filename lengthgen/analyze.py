@@ -66,7 +66,8 @@ def pinning_summary(trained: Trained, lengths: Sequence[int], samples: int) -> d
         }
     if c.encoding == "ape":
         norms = pinning.table_norms(trained.model, c.train_length)
-        out["table_norms"] = {k: floats(getattr(norms, k)) for k in ("trained", "untrained", "moved_trained", "moved_untrained")}
+        fields = ("trained", "untrained", "moved_trained", "moved_untrained")
+        out["table_norms"] = {k: floats(getattr(norms, k)) for k in fields}
     return out
 
 
@@ -126,6 +127,9 @@ def format_report(r: dict) -> str:
              f"  margin beyond the window      {fmt(k['margin_beyond_window'])}  (offsets down to -{k['max_delta']})",
              f"  predicted failure length      {k['predicted_failure_length']}",
              f"  logit matrix rank-one share   {fmt(k['logit_matrix_rank_one_share'])}"]
+    if c["encoding"] not in kernel.TRANSLATION_INVARIANT:
+        lines.append(f"  ({c['encoding']}: the kernel depends on the query's position; margins and peaks above are taken "
+                     f"with the query at position {k['max_delta'] + 1}, failure lengths at each length)")
     if "energy_top_pairs" in k:
         for n, v in k["energy_top_pairs"].items():
             lines.append(f"  energy in top {n} pair(s)       {fmt(v)}")
@@ -140,8 +144,10 @@ def format_report(r: dict) -> str:
                    for p in peaks]
             lines.append(f"    seed {s}: " + ", ".join(why))
     a = r["attention"]
-    lines += ["", f"Where the last layer's attention lands (pinned position {a['pinned_position']}, 1-indexed; means over seeds):",
-              f"{'length':>8} {'accuracy':>9} {'argmax@pin':>11} {'argmax@tgt':>11} {'w@pin':>7} {'w@tgt':>7} {'pred=pin':>9}"]
+    lines += ["", f"Where the last layer's attention lands (pinned position {a['pinned_position']}, 1-indexed; "
+              f"means over seeds):",
+              f"{'length':>8} {'accuracy':>9} {'argmax@pin':>11} {'argmax@tgt':>11} {'w@pin':>7} {'w@tgt':>7} "
+              f"{'pred=pin':>9}"]
     for L, s in a["by_length"].items():
         row = [s["accuracy"], s["argmax_at_pinned"], s["argmax_at_target"], s["weight_at_pinned"],
                s["weight_at_target"], s["predicts_pinned_token"]]

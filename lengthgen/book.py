@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
 from pathlib import Path
+
+from .plots import BOOK_BUILD_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
@@ -56,10 +59,7 @@ def toc_files(root: Path = ROOT) -> list[str]:
         for entry in entries:
             if "file" in entry:
                 files.append(entry["file"])
-            walk(entry.get("sections", []))
-            for part in entry.get("parts", []):
-                walk(part.get("chapters", []))
-            walk(entry.get("chapters", []))
+            walk(entry.get("sections", []) + entry.get("chapters", []))  # a part holds chapters
 
     walk(toc.get("parts", []) + toc.get("chapters", []))
     return files
@@ -118,6 +118,7 @@ def execute(notebook: Path, quick: bool) -> float:
 
     out = STAGE / notebook.relative_to(ROOT)
     out.parent.mkdir(parents=True, exist_ok=True)
+    os.environ[BOOK_BUILD_ENV] = "1"  # inherited by the kernel: figures appear only where glued
     start = time.perf_counter()
     papermill.execute_notebook(
         str(notebook),

@@ -249,7 +249,9 @@ class Comparison:
         return float(err.mean()), float(err.max())
 
 
-def compare(trained: Trained, lengths: Sequence[int], samples: int = 1000, seed: int = 0, draws: int = DRAWS) -> Comparison:
+def compare(
+    trained: Trained, lengths: Sequence[int], samples: int = 1000, seed: int = 0, draws: int = DRAWS
+) -> Comparison:
     """Measure target weight and accuracy at ``lengths`` and predict them with every law."""
     model, c = trained.model, trained.config
     check_one_layer(model, readout=True)
@@ -282,7 +284,10 @@ def pooled(comparisons: Sequence[Comparison]) -> dict:
     pred_acc = np.concatenate([x.predicted_accuracy.ravel() for x in comparisons])
     err = np.abs(pred_acc - acc)
     return {
-        "r2": {law: r_squared(np.concatenate([x.predicted_weight[law].ravel() for x in comparisons]), weight) for law in LAWS},
+        "r2": {
+            law: r_squared(np.concatenate([x.predicted_weight[law].ravel() for x in comparisons]), weight)
+            for law in LAWS
+        },
         "accuracy_mae": float(err.mean()),
         "accuracy_worst": float(err.max()),
         "points": int(weight.size),

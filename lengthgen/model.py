@@ -105,6 +105,11 @@ class Model(nn.Module):
     # One-layer models take forward_tables; tests set this False to compare with the plain path.
     use_tables: bool = True
 
+    def uses_tables(self, full: bool = False) -> bool:
+        """Whether ``forward`` takes ``forward_tables``: one layer, last query only. Its memory per
+        sequence is O(L), not O(L d), and its tables cost O(V^2 L d) per call: run it on big batches."""
+        return self.use_tables and len(self.layers) == 1 and not full
+
     @property
     def members(self) -> int:
         return len(self.seeds)
@@ -126,7 +131,7 @@ class Model(nn.Module):
 
         A one-layer model read at its last query takes the exact shortcut ``forward_tables``.
         """
-        if self.use_tables and len(self.layers) == 1 and not full:
+        if self.uses_tables(full):
             return self.forward_tables(tokens)
         return self.forward_positions(tokens, full)
 

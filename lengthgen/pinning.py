@@ -104,7 +104,9 @@ def measure(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: in
                          (pinned_pred / samples).numpy() if pin < length else nan)
 
 
-def measure_lengths(trained: Trained, lengths: Sequence[int], samples: int = EVAL_SAMPLES, seed: int = 0) -> dict[int, PinningResult]:
+def measure_lengths(
+    trained: Trained, lengths: Sequence[int], samples: int = EVAL_SAMPLES, seed: int = 0
+) -> dict[int, PinningResult]:
     """``measure`` at every length (each checked first, so a bad length fails before any work)."""
     for L in lengths:
         check_length(trained.config, L)

@@ -10,6 +10,7 @@ Positions in figures are 1-indexed like the prose (x_1 .. x_L); tensors are 0-in
 
 from __future__ import annotations
 
+import os
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -25,6 +26,7 @@ LABELS = {"rope": "RoPE", "ape": "APE (learned)", "sinusoidal": "sinusoidal", "n
 CHANCE_STYLE = dict(color="black", dash="dot", width=1)
 DASHES = ("solid", "dash", "dashdot", "longdash")  # variants of one encoding
 HEIGHT = 440
+BOOK_BUILD_ENV = "LENGTHGEN_BOOK_BUILD"  # set by lengthgen.book while it executes the chapters
 
 # A small template (plotly's built-in ones add ~8 KB of JSON to every figure).
 pio.templates["lengthgen"] = go.layout.Template(
@@ -60,15 +62,20 @@ def use_book_renderer() -> None:
 
 
 def glue_figure(name: str, fig: go.Figure) -> None:
-    """Store ``fig`` under ``name`` for a ``{glue:figure}`` directive (hidden where it is computed).
+    """Store ``fig`` under ``name`` for a ``{glue:figure}`` directive.
 
     The stored bundle holds the book's HTML (for the page) and plotly's JSON mimetype (for JupyterLab).
+    In a book build (``BOOK_BUILD_ENV`` set) the figure appears only where the directive places it; in a
+    reader's own Jupyter session it is also shown under the cell that computes it.
     """
+    from IPython.display import display
     from myst_nb import glue
 
     fig_dict = fig.to_dict()
-    bundle = {**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **BookHTML().to_mimebundle(fig_dict)}
-    glue(name, _Bundle(bundle), display=False)
+    bundle = _Bundle({**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **BookHTML().to_mimebundle(fig_dict)})
+    glue(name, bundle, display=False)
+    if not os.environ.get(BOOK_BUILD_ENV):
+        display(bundle)
 
 
 class _Bundle:
@@ -289,13 +296,17 @@ def accuracy_by_variant(
     if shade is not None:
         fig.add_vrect(x0=shade[0], x1=shade[1], fillcolor="#88bbee", opacity=0.15, line_width=0,
                       annotation_text="training lengths", annotation_position="top left")
+    below = dict(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0), margin=dict(t=70, b=170), height=560)
     if log_x:
         return _layout(fig, title, "evaluation length / training length (log scale)", "accuracy (fraction correct)",
-                       xaxis_type="log", yaxis_range=[0, 1.05], xaxis_dtick=np.log10(2))
-    return _layout(fig, title, "evaluation length L (tokens)", "accuracy (fraction correct)", yaxis_range=[0, 1.05])
+                       xaxis_type="log", yaxis_range=[0, 1.05], xaxis_dtick=np.log10(2), **below)
+    return _layout(fig, title, "evaluation length L (tokens)", "accuracy (fraction correct)", yaxis_range=[0, 1.05],
+                   **below)
 
 
-def setting_heatmap(frames: Mapping[str, np.ndarray], rows: Sequence[int], cols: Sequence[int], title: str) -> go.Figure:
+def setting_heatmap(
+    frames: Mapping[str, np.ndarray], rows: Sequence[int], cols: Sequence[int], title: str
+) -> go.Figure:
     """Mean accuracy over seeds for every (training length, offset) setting, with a slider over frames.
 
     frames: slider label -> accuracy (len(rows), len(cols), S); rows are training lengths T, columns
@@ -304,14 +315,16 @@ def setting_heatmap(frames: Mapping[str, np.ndarray], rows: Sequence[int], cols:
     panels = {}
     for name, acc in frames.items():
         mean, lo, hi = acc.mean(-1), acc.min(-1), acc.max(-1)
-        text = [[f"{mean[i, j]:.2f}<br>({lo[i, j]:.2f}-{hi[i, j]:.2f})" for j in range(len(cols))] for i in range(len(rows))]
+        text = [[f"{mean[i, j]:.2f}<br>({lo[i, j]:.2f}-{hi[i, j]:.2f})" for j in range(len(cols))]
+                for i in range(len(rows))]
         panels[name] = [go.Heatmap(
             z=mean.astype(np.float32), x=[str(k) for k in cols], y=[str(t) for t in rows], zmin=0, zmax=1,
             colorscale="Viridis", text=text, texttemplate="%{text}", colorbar=dict(title="mean<br>accuracy"),
             hovertemplate="T=%{y}, K=%{x}: mean %{z:.3f}<extra></extra>",
         )]
     fig = slider_figure(panels, "width, evaluation length")
-    return _layout(fig, title, "offset K (positions back)", "training length T (tokens)", height=480)
+    return _layout(fig, title, "offset K (positions back)", "training length T (tokens)", height=480,
+                   xaxis_type="category", yaxis_type="category")
 
 
 def fit_vs_transfer(points: Mapping[str, tuple[np.ndarray, np.ndarray, list[str]]], chance: float, title: str,
@@ -329,7 +342,8 @@ def fit_vs_transfer(points: Mapping[str, tuple[np.ndarray, np.ndarray, list[str]
             hovertemplate="%{text}<br>x %{x:.3f}, y %{y:.3f}<extra></extra>",
         ))
     fig.add_hline(y=chance, line=CHANCE_STYLE, annotation_text="chance", annotation_position="bottom right")
-    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="y = x", line=dict(color="#999", dash="dash", width=1)))
+    fig.add_trace(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="y = x",
+                             line=dict(color="#999", dash="dash", width=1)))
     return _layout(fig, title, x_title, y_title, xaxis_range=[0, 1.03], yaxis_range=[0, 1.03])
 
 
@@ -375,7 +389,8 @@ def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[
                           groups: Sequence[str], cap: float, title: str) -> go.Figure:
     """One dot per model: the failure length predicted from its kernel (x) against the measured one (y).
 
-    predicted, measured: (n,) lengths in tokens, None for "not within ``cap``" (drawn at 1.25 x cap);
+    predicted, measured: (n,) lengths as multiples of the training length, None for "not within ``cap``"
+    (drawn at 1.25 x cap);
     groups: (n,) legend label per model. Log axes; the dashed diagonal is perfect agreement.
     """
     beyond = 1.25 * cap
@@ -393,8 +408,9 @@ def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[
                              line=dict(color="#999", dash="dash", width=1), hoverinfo="skip"))
     fig.add_vline(x=cap, line=dict(color="#bbb", width=1, dash="dot"))
     fig.add_hline(y=cap, line=dict(color="#bbb", width=1, dash="dot"))
-    return _layout(fig, title, f"predicted failure length (tokens, log; right of the dotted line: none up to {cap:g})",
-                   f"measured failure length (tokens, log; above: none up to {cap:g})", xaxis_type="log", yaxis_type="log")
+    return _layout(fig, title, f"predicted failure length / T (log; right of the dotted line: none up to {cap:g})",
+                   f"measured failure length / T (log; above the dotted line: none up to {cap:g})",
+                   xaxis_type="log", yaxis_type="log")
 
 
 def setting_effects(labels: Sequence[str], series: Series, chance: float, title: str) -> go.Figure:
@@ -422,46 +438,60 @@ def carrier_kernel_figure(frames: Mapping[str, tuple[np.ndarray, np.ndarray, int
 
     frames: slider label -> (kern (n,), dominant (n,), K, peaks). kern[j] is c at delta = -j (j back);
     dominant[j] is the part of it carried by the seed's strongest RoPE pair; peaks lists the offsets beyond
-    the window (positions back) whose c comes within a margin of c(-K), marked on the curve.
+    the window (positions back) whose c comes within a margin of c(-K), marked on the curve. Curves are
+    stored as float32 on an implicit x axis (x0, dx) to keep the page light.
     """
+    hover = "%{x} back: %{y:.2f}<extra></extra>"
     panels = {}
     for label, (kern, dominant, offset, peaks) in frames.items():
-        back = np.arange(1, len(kern))
         far = np.asarray(peaks, dtype=int)
         target = float(kern[offset])
         panels[label] = [
-            go.Scatter(x=back, y=kern[1:].astype(np.float32), mode="lines", name="c(delta), all pairs",
-                       line=dict(color=COLORS["rope"], width=2), hovertemplate="%{x} back: %{y:.2f}<extra></extra>"),
-            go.Scatter(x=back, y=dominant[1:].astype(np.float32), mode="lines", name="strongest pair alone",
-                       line=dict(color="#ff7f0e", width=1, dash="dot"), hovertemplate="%{x} back: %{y:.2f}<extra></extra>"),
-            go.Scatter(x=[1, back[-1]], y=[target, target], mode="lines", name=f"c(-K), the target ({offset} back)",
-                       line=dict(color="black", dash="dash", width=1), hoverinfo="skip"),
-            go.Scatter(x=far, y=kern[far].astype(np.float32), mode="markers", name="beyond-window peaks near c(-K)",
-                       marker=dict(color=COLORS["ape"], size=9, symbol="x"), hovertemplate="%{x} back: %{y:.2f}<extra></extra>"),
+            go.Scatter(x0=1, dx=1, y=kern[1:].astype(np.float32), mode="lines", name="c(delta), all pairs",
+                       line=dict(color=COLORS["rope"], width=2), hovertemplate=hover),
+            go.Scatter(x0=1, dx=1, y=dominant[1:].astype(np.float32), mode="lines", name="strongest pair alone",
+                       line=dict(color="#ff7f0e", width=1, dash="dot"), hovertemplate=hover),
+            go.Scatter(x=[1, len(kern) - 1], y=[target, target], mode="lines",
+                       name=f"c(-K), the target ({offset} back)", line=dict(color="black", dash="dash", width=1),
+                       hoverinfo="skip"),
+            go.Scatter(x=far.astype(np.int16), y=kern[far].astype(np.float32), mode="markers",
+                       name="beyond-window peaks near c(-K)", marker=dict(color=COLORS["ape"], size=9, symbol="x"),
+                       hovertemplate=hover),
         ]
     fig = slider_figure(panels, "offset, seed")
     reach = max(len(kern) for kern, *_ in frames.values()) - 1
     fig.add_vrect(x0=train_length - 0.5, x1=reach, fillcolor="#ffdd88", opacity=0.2, line_width=0,
                   annotation_text="offsets never seen in training", annotation_position="top right")
-    return _layout(fig, title, "offset of the key behind the query, -delta (positions)", "mean logit c(delta) (logit units)")
+    return _layout(fig, title, "offset of the key behind the query, -delta (positions)",
+                   "mean logit c(delta) (logit units)")
 
 
-def pair_spectrum_figure(period: np.ndarray, frames: Mapping[str, np.ndarray], train_length: int, title: str) -> go.Figure:
-    """Share of the kernel's energy in each RoPE rotation pair against the pair's period, a slider over (offset, seed).
+def pair_spectrum_figure(
+    period: np.ndarray, frames: Mapping[str, np.ndarray], train_length: int, title: str
+) -> go.Figure:
+    """Share of the kernel's energy in each RoPE rotation pair against the pair's period (stems on a log axis),
+    a slider over (offset, seed).
 
     period: (P,) positions per turn of each pair; frames: slider label -> (P,) amplitude^2 shares summing to 1.
     """
-    panels = {
-        label: [go.Bar(x=period.astype(np.float32), y=np.asarray(share, dtype=np.float32), name="energy share",
-                       marker_color=COLORS["rope"], width=(period * 0.15).astype(np.float32),
-                       hovertemplate="period %{x:.1f}: %{y:.3f}<extra></extra>")]
-        for label, share in frames.items()
-    }
+    x = period.astype(np.float32)
+    stems_x = np.stack([x, x, np.full_like(x, np.nan)], 1).ravel()
+    panels = {}
+    for label, share in frames.items():
+        y = np.asarray(share, dtype=np.float32)
+        panels[label] = [
+            go.Scatter(x=stems_x, y=np.stack([np.zeros_like(y), y, np.full_like(y, np.nan)], 1).ravel(),
+                       mode="lines", line=dict(color=COLORS["rope"], width=2), hoverinfo="skip", showlegend=False),
+            go.Scatter(x=x, y=y, mode="markers", name="energy share of one pair",
+                       marker=dict(color=COLORS["rope"], size=8), hovertemplate="period %{x:.1f}: %{y:.3f}<extra></extra>"),
+        ]
     fig = slider_figure(panels, "offset, seed")
     fig.add_vline(x=train_length, line=dict(color="#444", dash="dash", width=1),
-                  annotation_text=f"training length {train_length}", annotation_position="top left")
+                  annotation_text=f"training length {train_length}", annotation_position="top right")
+    span = np.log10([period.min() / 1.5, period.max() * 1.5])
     return _layout(fig, title, "period of the rotation pair, 2 pi / theta_p (positions per turn, log scale)",
-                   "share of the kernel's energy (amplitude squared)", xaxis_type="log", yaxis_range=[0, 1.05])
+                   "share of the kernel's energy (amplitude squared)", xaxis_type="log", xaxis_range=list(span),
+                   yaxis_range=[0, 1.05])
 
 
 def singular_value_figure(curves: Mapping[str, np.ndarray], title: str) -> go.Figure:
@@ -476,7 +506,8 @@ def singular_value_figure(curves: Mapping[str, np.ndarray], title: str) -> go.Fi
                                  mode="lines+markers", name=label,
                                  hovertemplate="sigma_%{x} / sigma_1 = %{y:.2e}<extra></extra>"))
     return _layout(fig, title, "index of the singular value (1 = largest)", "singular value / largest (log scale)",
-                   yaxis_type="log")
+                   yaxis_type="log", yaxis_exponentformat="power", margin=dict(t=70, r=170),
+                   legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"))
 
 
 def margin_vs_accuracy(frames: Mapping[str, tuple[np.ndarray, np.ndarray, Sequence[str]]], chance: float,

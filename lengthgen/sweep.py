@@ -39,10 +39,9 @@ from tqdm.auto import tqdm
 
 from .cache import PACKAGE, Cache
 from .config import Config, ConfigError, check_length
-from .evaluate import evaluate
 from .kernel import predicted_failure_length, target_margin
 from .pinning import measure_lengths
-from .train import train
+from .train import Trained, train
 
 GRID_KEYS = ("name", "description", "base", "product", "variants", "seeds", "eval", "record", "quick")
 EXTRAS = ("kernel", "argmax", "pinning")
@@ -153,7 +152,7 @@ def run_key(grid: Grid, c: Config, seed: int) -> dict:
             "eval_seed": grid.eval_seed, "record": list(grid.record)}
 
 
-def kernel_record(trained, lengths: list[int]) -> list[dict]:
+def kernel_record(trained: Trained, lengths: list[int]) -> list[dict]:
     """Per member: the first layer's carrier-kernel margins (kernel.target_margin), the first length at
     which an offset beyond the window outscores the target (kernel.predicted_failure_length, searched up
     to the longest evaluation length; None: none up to there), and |W_q W_k^T|_F of the first layer."""
@@ -171,13 +170,25 @@ def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
 
-def pinning_record(trained, lengths: list[int], samples: int, eval_seed: int) -> list[dict]:
-    """Per member, per evaluation length: the share of samples whose attention argmax (per layer, first to
-    last) lands on the pinned position x_(T-K) of training, and the share of predictions equal to the token
-    there (pinning.measure_lengths)."""
+def measured_record(trained: Trained, lengths: list[int], samples: int, eval_seed: int,
+                    record: Sequence[str]) -> list[dict]:
+    """Per member, per evaluation length, from one pass over held-out samples (pinning.measure_lengths):
+    accuracy, the last layer's attention weight on the target x_(L-K), and with the extras "argmax" the share
+    of samples whose last-layer attention argmax is the target, "pinning" the share whose argmax (per layer,
+    first to last) is the position x_(T-K) that held the target in training and the share of predictions
+    equal to the token there."""
     pins = measure_lengths(trained, lengths, samples, eval_seed).values()
-    return [{"argmax_at_pinned": [[_finite(layer.share_at(p.pinned)[s]) for layer in p.layers] for p in pins],
-             "predicts_pinned": [_finite(p.predicts_pinned[s]) for p in pins]} for s in range(trained.model.members)]
+    out = []
+    for s in range(trained.model.members):
+        r = {"accuracy": [float(p.accuracy[s]) for p in pins],
+             "target_weight": [float(p.layers[-1].target_weight[s]) for p in pins]}
+        if "argmax" in record:
+            r["argmax_at_target"] = [float(p.layers[-1].share_at(p.target_index)[s]) for p in pins]
+        if "pinning" in record:
+            r["argmax_at_pinned"] = [[_finite(layer.share_at(p.pinned)[s]) for layer in p.layers] for p in pins]
+            r["predicts_pinned"] = [_finite(p.predicts_pinned[s]) for p in pins]
+        out.append(r)
+    return out
 
 
 def run_group(c: Config, seeds: Sequence[int], lengths: list[int], samples: int, eval_seed: int,
@@ -189,18 +200,9 @@ def run_group(c: Config, seeds: Sequence[int], lengths: list[int], samples: int,
     if threads is not None:
         torch.set_num_threads(threads)
     trained = train(c, list(seeds), progress=False)
-    ev = evaluate(trained, lengths, samples, eval_seed)
-    acc, weight = ev.accuracy(), ev.target_weight()  # (n_lengths, S)
     last = trained.accuracy[-1] if len(trained.accuracy) else np.full(len(seeds), np.nan)
-    out = [{"steps": int(trained.steps[s]), "final_train_accuracy": float(last[s]),
-            "accuracy": acc[:, s].tolist(), "target_weight": weight[:, s].tolist()} for s in range(len(seeds))]
-    if "argmax" in record:
-        at = np.stack([r.argmax_at_target for r in ev.by_length.values()])
-        for s, r in enumerate(out):
-            r["argmax_at_target"] = at[:, s].tolist()
-    if "pinning" in record:
-        for r, p in zip(out, pinning_record(trained, lengths, samples, eval_seed)):
-            r.update(p)
+    out = [{"steps": int(trained.steps[s]), "final_train_accuracy": float(last[s]), **m}
+           for s, m in enumerate(measured_record(trained, lengths, samples, eval_seed, record))]
     if "kernel" in record and c.encoding == "rope":
         for r, k in zip(out, kernel_record(trained, lengths)):
             r["kernel"] = k

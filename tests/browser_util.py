@@ -193,8 +193,10 @@ def plotly_loads(visit: Visit) -> int:
 _MARKS_JS = """gd => [...gd.querySelectorAll('.main-svg g.trace path, .main-svg image')]
     .filter(e => (e.getAttribute(e.tagName === 'path' ? 'd' : 'href') || '').length > 5).length"""
 
+# Titles come from the figure's own layout: plotly.js fills the full layout's empty ones with placeholders.
 _FIGURES_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].map(gd => {
-    const full = gd._fullLayout || {};
+    const full = gd._fullLayout || {}, own = gd.layout || {};
+    const text = t => (typeof t === 'string' ? t : (t && t.text)) || '';
     const axes = Object.keys(full).filter(k => /^[xy]axis\\d*$/.test(k) && full[k].visible !== false);
     const figure = gd.closest('figure');
     return {
@@ -202,8 +204,8 @@ _FIGURES_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].map(g
         drawn: Array.isArray(gd._fullData) && gd.querySelector('.main-svg') !== null,
         traces: (gd._fullData || []).filter(t => t.visible === true).length,
         marks: (MARKS)(gd),
-        title: (full.title && full.title.text) || '',
-        untitled_axes: axes.filter(k => !(full[k].title && full[k].title.text)),
+        title: text(own.title),
+        untitled_axes: axes.filter(k => !text(own[k] && own[k].title)),
         caption: figure ? (figure.querySelector('figcaption')?.textContent || '').trim() : '',
     };
 })"""
@@ -270,9 +272,9 @@ _SNAPSHOT_JS = """gd => JSON.stringify((gd._fullData || []).filter(t => t.visibl
         : Array.from(t[k], v => (v && typeof v === 'object') ? Array.from(v) : v))))"""
 
 _SLIDERS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap((gd, g) =>
-    ((gd._fullLayout && gd._fullLayout.sliders) || []).filter(s => s.visible !== false).map((s, k) =>
-        ({figure: g, slider: k, title: (gd._fullLayout.title && gd._fullLayout.title.text) || gd.id,
-          labels: s.steps.map(st => st.label)})))"""
+    ((gd._fullLayout && gd._fullLayout.sliders) || []).map((s, k) =>
+        ({figure: g, slider: k, visible: s.visible !== false, labels: s.steps.map(st => st.label),
+          title: (gd.layout.title && (gd.layout.title.text || gd.layout.title)) || gd.id})).filter(s => s.visible))"""
 
 
 def slider_problems(page: Page, visit: Visit) -> list[str]:
@@ -304,7 +306,7 @@ def slider_problems(page: Page, visit: Visit) -> list[str]:
     return problems
 
 
-def _wait(page: Page, predicate: str, arg: object, timeout_ms: int = 2000) -> bool:
+def _wait(page: Page, predicate: str, arg: object, timeout_ms: int = 5000) -> bool:
     """Whether the JavaScript ``predicate(arg)`` became true within ``timeout_ms``."""
     try:
         page.wait_for_function(predicate, arg=arg, timeout=timeout_ms)

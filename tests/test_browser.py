@@ -76,7 +76,7 @@ def site() -> Iterator[str]:
         yield base
 
 
-def report(visit: Visit, base: str, name: str) -> dict[str, list[str]]:
+def report(visit: Visit, base: str) -> dict[str, list[str]]:
     """Every problem of an open page, by kind (the slider check moves the sliders, so it runs last)."""
     return {
         "figures": figure_problems(visit.page),
@@ -91,17 +91,19 @@ def report(visit: Visit, base: str, name: str) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("name", book.toc_files())
 def test_book_page(site: str, context: BrowserContext, name: str, capsys: pytest.CaptureFixture) -> None:
-    assert (book.HTML / f"{name}.html").exists(), f"{name}.html is in _toc.yml but not in the build"
+    if not (book.HTML / f"{name}.html").exists():
+        pytest.fail(f"{name} is in _toc.yml but not in {book.HTML}: rebuild it (make book-quick)")
     visit = open_page(context, f"{site}{name}.html")
     try:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         visit.page.screenshot(path=SCREENSHOTS / f"{Path(name).name}.png", full_page=True)
         figures = visit.page.locator(".plotly-graph-div").count()
-        problems = report(visit, site, name)
+        widgets = visit.page.locator(".widget-subarea").count()
+        problems = report(visit, site)
         own, shared = page_weight(visit)
         with capsys.disabled():
             print(f"\n  page weight {name}: {own / 1000:.1f} KB own (HTML, JSON, images) + "
-                  f"{shared / 1e6:.1f} MB shared scripts, styles, fonts; {figures} figures", end="")
+                  f"{shared / 1e6:.1f} MB shared scripts, styles, fonts; {figures} figures, {widgets} widgets", end="")
         loads = plotly_loads(visit)
         if loads > 1 or (figures and loads == 0):
             problems["plotly.js"] = [f"plotly.js loaded {loads} times (once per page wanted)"]
@@ -140,6 +142,7 @@ PAGES = {
     "good": GOOD_FIGURE,
     "broken_figure": GOOD_FIGURE.replace("Plotly.newPlot(", "Plotly.newPlott("),
     "empty_figure": figure_html({"a": [go.Scatter(y=[])]}),
+    "untitled_figure": plots.BookHTML().to_mimebundle(go.Figure(go.Scatter(y=[1, 2])).to_dict())["text/html"],
     "dead_slider": figure_html({"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[1, 2, 3])]}),
     "cdn": GOOD_FIGURE + '<script src="https://cdn.plot.ly/plotly-2.35.2.min.js"></script>',
     "plotly_twice": GOOD_FIGURE + '<script src="plotly.min.js?again"></script>',
@@ -173,7 +176,7 @@ def checked(synthetic: tuple[str, Path], context: BrowserContext) -> Iterator[Ca
     def get(name: str) -> Checked:
         if name not in done:
             visit = open_page(context, f"{base}{name}.html", settle_ms=500)
-            done[name] = visit, report(visit, base, name)
+            done[name] = visit, report(visit, base)
         return done[name]
 
     yield get
@@ -193,6 +196,9 @@ def test_checkers_pass_a_good_page(synthetic: tuple[str, Path], checked: Callabl
     ("broken_figure", "figures", "never drawn"),
     ("broken_figure", "console", "Plotly.newPlott is not a function"),
     ("empty_figure", "figures", "shows no data"),
+    ("untitled_figure", "figures", "has no title"),
+    ("untitled_figure", "figures", "have no title"),
+    ("untitled_figure", "figures", "has no caption"),
     ("dead_slider", "sliders", "did not change the plotted data"),
     ("cdn", "requests", "request to another host: https://cdn.plot.ly/"),
     ("cdn", "links", "<script> loads from outside the site"),

@@ -14,12 +14,16 @@ from lengthgen import Config, ConfigError, train
 from lengthgen.dilution import (
     MeanField,
     compare,
+    content_law,
     exact_target_weight,
     fit_rho,
     gaussian_accuracy,
+    kernel_law,
     kernel_law_from_values,
     mean_field,
+    mean_field_law,
     pooled,
+    predict_accuracy,
     r_squared,
     simple_law,
     value_readout,
@@ -33,8 +37,13 @@ LENGTHS = [16, 32, 64, 128]
 
 
 @pytest.fixture(scope="module")
-def comparison():
-    return compare(train(SMALL, seeds=[0, 1, 2], progress=False), LENGTHS, samples=1000)
+def trained():
+    return train(SMALL, seeds=[0, 1, 2], progress=False)
+
+
+@pytest.fixture(scope="module")
+def comparison(trained):
+    return compare(trained, LENGTHS, samples=1000)
 
 
 def test_a_kernel_with_one_margin_gives_the_simple_law() -> None:
@@ -96,7 +105,8 @@ def test_mean_field_target_weight_is_first_order_of_the_exact_one(comparison) ->
     exact = exact_target_weight(table, self_logit, L - 1 - SMALL.offset)
     field = mean_field(model, L)
     assert torch.equal(field.alpha, exact)
-    assert torch.allclose(field.alpha_first_order, exact, rtol=0.01) and (field.alpha_first_order <= exact + 1e-12).all()
+    assert torch.allclose(field.alpha_first_order, exact, rtol=0.01)
+    assert (field.alpha_first_order <= exact + 1e-12).all()  # Jensen: E[1/D] >= 1/E[D]
 
 
 def test_laws_against_measurement_on_a_small_rope_model(comparison) -> None:
@@ -111,6 +121,15 @@ def test_laws_against_measurement_on_a_small_rope_model(comparison) -> None:
     summary = pooled([comparison])
     assert summary["r2"]["content"] == pytest.approx(comparison.r2("content"))
     assert summary["points"] == len(LENGTHS) * 3
+
+
+def test_weights_only_predictions_match_the_comparison(trained, comparison) -> None:
+    """The laws need no measurement: the stand-alone functions give the comparison's numbers."""
+    model, rows, lengths = trained.model, [0, 2], [LENGTHS[0], LENGTHS[2]]
+    assert np.allclose(content_law(model, lengths), comparison.predicted_weight["content"][rows])
+    assert np.allclose(mean_field_law(model, lengths), comparison.predicted_weight["mean_field"][rows])
+    assert np.allclose(kernel_law(model, lengths), comparison.predicted_weight["kernel"][rows])
+    assert np.allclose(predict_accuracy(model, lengths), comparison.predicted_accuracy[rows])
 
 
 def test_r_squared() -> None:

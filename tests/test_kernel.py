@@ -56,13 +56,13 @@ def test_kernel_equals_mean_logit_over_every_token_pair(encoding: str) -> None:
 
 
 def test_kernel_matches_the_mean_logit_on_random_samples(rope) -> None:
-    """On held-out i.i.d. sequences the mean logit at each offset lies within 4 standard errors of c(delta)."""
+    """On held-out i.i.d. sequences the mean logit at each offset lies within 5 standard errors of c(delta)."""
     L = 48
     with torch.no_grad():
         scores = logits_at(rope.model, eval_tokens(SMALL, L, 20000, seed=5))[..., :-1]  # (S, B, L-1), delta < 0
     mean, sem = scores.mean(1), scores.std(1) / math.sqrt(scores.shape[1])
     kernel = carrier_kernel(rope.model, torch.arange(-(L - 1), 0))
-    assert ((kernel - mean).abs() < 4 * sem + 1e-6).all()
+    assert ((kernel - mean).abs() < 5 * sem + 1e-6).all()
 
 
 def test_rope_kernel_is_the_same_at_every_length(rope) -> None:
@@ -71,9 +71,10 @@ def test_rope_kernel_is_the_same_at_every_length(rope) -> None:
 
 
 def test_pair_spectrum_rebuilds_the_kernel_far_beyond_the_window(rope) -> None:
-    spec = pair_spectrum(rope.model)
+    model = copy.deepcopy(rope.model).double()
+    spec = pair_spectrum(model)
     deltas = np.array([0, -1, -2, -15, -16, -100, -999, -4000])
-    exact = carrier_kernel(copy.deepcopy(rope.model).double(), torch.as_tensor(deltas)).numpy()
+    exact = carrier_kernel(model, torch.as_tensor(deltas)).numpy()
     assert np.allclose(spec.kernel(deltas), exact, atol=1e-9)
     top = np.stack([spec.energy_top[k] for k in (1, 2, 4)])
     assert (np.diff(top, axis=0) >= 0).all() and (top > 0).all() and (top <= 1 + 1e-12).all()

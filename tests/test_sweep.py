@@ -175,3 +175,49 @@ def test_failure_length_and_grid_names() -> None:
     assert failure_length(lengths, [1.0, 0.6, 0.56, 0.55], chance=0.1) is None
     assert failure_length(lengths, [0.1, 0.0, 0.0, 0.0], chance=0.1) is None  # nothing learned: nothing to lose
     assert load_grid("budget").name == "budget"  # a name resolves to sweeps/budget.json
+
+
+def test_measured_record_matches_evaluate() -> None:
+    from lengthgen import evaluate, train
+    from lengthgen.sweep import measured_record
+
+    c = Config(**{**TINY, "steps": 10})
+    trained = train(c, [0, 1], progress=False)
+    ev = evaluate(trained, [8, 16], samples=40)
+    rec = measured_record(trained, [8, 16], 40, 0, ["argmax"])
+    for s, r in enumerate(rec):
+        assert r["accuracy"] == pytest.approx(ev.accuracy()[:, s].tolist(), abs=1e-6)
+        assert r["target_weight"] == pytest.approx(ev.target_weight()[:, s].tolist(), abs=1e-6)
+        assert r["argmax_at_target"] == pytest.approx([x.argmax_at_target[s] for x in ev.by_length.values()], abs=1e-6)
+
+
+def test_killed_sweep_resumes(tmp_path: Path, monkeypatch) -> None:
+    """SIGKILL a CLI sweep once its first group is cached; the rerun trains exactly the groups not stored."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    spec = tiny_grid(product={}, variants=[{"dim": d} for d in (2, 4, 6, 8, 10, 12)], base={**TINY, "steps": 400})
+    path = tmp_path / "grid.json"
+    path.write_text(json.dumps(spec))
+    cache = Cache(tmp_path / "cache")
+    proc = subprocess.Popen([sys.executable, "-m", "lengthgen", "sweep", str(path), "--cache", str(cache.root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while len(cache) == 0 and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    stored = len(cache)
+    assert 0 < stored < 12, "the sweep should be killed after its first group and before its last"
+    assert all(json.loads(p.read_text())["value"] for p in cache.folder.glob("[!.]*.json"))  # no torn entry
+    g = grid_from_dict(spec)
+    counting = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train", counting)
+    result = run_sweep(g, cache)
+    assert len(counting.calls) == (12 - stored) // 2 and result.computed == 12 - stored
+    assert len(cache) == 12
