@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 
 ENCODINGS = ("rope", "ape", "sinusoidal", "nope", "alibi")
@@ -41,6 +42,7 @@ class Config:
     rope_base: float = 10000.0
     alibi_slope: float = 0.5
     max_length: int = 1024
+    init_scale: float = 1.0
     # training
     steps: int = 400
     batch: int = 256
@@ -56,6 +58,11 @@ class Config:
     def chance(self) -> float:
         """Accuracy of a uniform guess: 1/V."""
         return 1.0 / self.vocab
+
+    @property
+    def embed_std(self) -> float:
+        """Initial std of token embeddings and APE rows: init_scale / sqrt(dim), so a row has norm ~init_scale."""
+        return self.init_scale / math.sqrt(self.dim)
 
     @property
     def lengths(self) -> tuple[int, int]:
@@ -114,6 +121,8 @@ def validate(c: Config) -> None:
         raise ConfigError(f"steps={c.steps}, batch={c.batch}: use steps >= 0 and batch >= 1")
     if c.lr <= 0 or c.weight_decay < 0:
         raise ConfigError(f"lr={c.lr}, weight_decay={c.weight_decay}: use lr > 0, weight_decay >= 0")
+    if c.init_scale <= 0:
+        raise ConfigError(f"init_scale={c.init_scale}: use a positive scale (1.0: embedding rows of norm ~1)")
     if c.rope_base <= 1:
         raise ConfigError(f"rope_base={c.rope_base}: use a base above 1 (10000 is standard)")
     if c.target_accuracy is not None and not 0 < c.target_accuracy <= 1:

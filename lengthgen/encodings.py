@@ -79,9 +79,9 @@ class LearnedAbsolute(Encoding):
 
     name = "ape"
 
-    def __init__(self, gens: list[torch.Generator], max_length: int, dim: int):
+    def __init__(self, gens: list[torch.Generator], max_length: int, dim: int, std: float):
         super().__init__()
-        self.table = nn.Parameter(stacked_normal(gens, (max_length, dim), 1.0))
+        self.table = nn.Parameter(stacked_normal(gens, (max_length, dim), std))
 
     def add(self, length: int) -> torch.Tensor:
         if length > self.table.shape[1]:
@@ -119,7 +119,7 @@ def build_encoding(c: Config, gens: list[torch.Generator]) -> Encoding:
     if c.encoding == "rope":
         return RoPE(c.rope_base)
     if c.encoding == "ape":
-        return LearnedAbsolute(gens, c.max_length, c.dim)
+        return LearnedAbsolute(gens, c.max_length, c.dim, c.embed_std)
     if c.encoding == "sinusoidal":
         return Sinusoidal(c.dim)
     if c.encoding == "alibi":

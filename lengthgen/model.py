@@ -97,7 +97,7 @@ class Model(nn.Module):
             raise ValueError("give at least one seed")
         self.config, self.seeds = c, list(seeds)
         gens = [generator(s, STREAM_INIT) for s in self.seeds]
-        self.embed = nn.Parameter(stacked_normal(gens, (c.vocab, c.dim), 1.0))
+        self.embed = nn.Parameter(stacked_normal(gens, (c.vocab, c.dim), c.embed_std))
         self.encoding = build_encoding(c, gens)
         self.layers = nn.ModuleList(Layer(c, gens) for _ in range(c.layers))
         self.unembed = nn.Parameter(stacked_normal(gens, (c.dim, c.vocab), 1.0 / math.sqrt(c.dim)))

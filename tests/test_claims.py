@@ -16,13 +16,13 @@ SEEDS = [0, 1, 2]
 
 @pytest.fixture(scope="module")
 def rope():
-    c = Config(encoding="rope", dim=64, steps=600, target_accuracy=None)
+    c = Config(encoding="rope")
     return evaluate(train(c, SEEDS), [32, 64, 128])
 
 
 @pytest.fixture(scope="module")
 def ape():
-    c = Config(encoding="ape", steps=600)
+    c = Config(encoding="ape")
     return evaluate(train(c, SEEDS), [32, 128, 256, 512])
 
 

@@ -115,10 +115,10 @@ def test_ensemble_adam_leaves_inactive_members_exactly_alone() -> None:
 
 
 def test_ensemble_member_equals_the_same_seed_trained_alone() -> None:
-    """Seed 1 batched with others follows its solo run step for step, while they stop before and after it."""
+    """Seed 2 batched with others follows its solo run step for step, while they stop before and after it."""
     c = Config(steps=150, target_accuracy=0.9)
-    together = train(c, seeds=[0, 1, 2], progress=False)
-    alone = train(c, seeds=[1], progress=False)
+    together = train(c, seeds=[1, 2, 0], progress=False)  # seeds chosen so that the stops are ordered
+    alone = train(c, seeds=[2], progress=False)
     assert together.steps[0] < together.steps[1] < together.steps[2] < c.steps
     assert together.steps[1] == alone.steps[0]
     n = len(alone.loss)
