@@ -11,20 +11,23 @@ import torch
 from .config import check_length
 from .model import Model, Output
 from .task import eval_tokens, targets
-from .train import Trained
+from .train import Trained, cpu_threads
 
 EVAL_SAMPLES = 1000
 
 
 def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = 2**25) -> Iterator[tuple[torch.Tensor, Output]]:
-    """Run ``model`` on tokens (B, L) in chunks of sequences sized to keep S*B*L*d under ``budget``.
+    """Run ``model`` on tokens (B, L) in chunks of sequences sized to keep the largest activation
+    (S*b*L floats on the table path, S*b*L*d on the plain path) under ``budget``.
 
-    Yields (token chunk (b, L) on the model's device, model output for it).
+    Yields (token chunk (b, L) on the model's device, model output for it). Runs on one CPU thread
+    (``train.cpu_threads``), like training: faster here, and the same numbers on any machine.
     """
-    S, L, d = model.members, tokens.shape[-1], model.config.dim
-    chunk = max(1, budget // (S * L * d))
+    S, L = model.members, tokens.shape[-1]
+    per_sequence = S * L if model.uses_tables() else S * L * model.config.dim
+    chunk = max(1, budget // per_sequence)
     device = model.embed.device
-    with torch.no_grad():
+    with torch.no_grad(), cpu_threads(device):
         for start in range(0, tokens.shape[0], chunk):
             part = tokens[start : start + chunk].to(device)
             yield part, model(part)
