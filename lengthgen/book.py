@@ -129,7 +129,21 @@ def execute(notebook: Path, quick: bool) -> float:
         execution_timeout=CHAPTER_TIMEOUT_S,
         progress_bar=False,
     )
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    hide_injected_parameters(out)
+    return seconds
+
+
+def hide_injected_parameters(notebook: Path) -> None:
+    """Tag papermill's injected "# Parameters" cell ``remove-cell``: bookkeeping, not for the page."""
+    import nbformat
+
+    nb = nbformat.read(notebook, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    for cell in injected:
+        cell.metadata["tags"] = [*cell.metadata["tags"], "remove-cell"]
+    if injected:
+        nbformat.write(nb, notebook)
 
 
 def build_html() -> None:
@@ -167,13 +181,45 @@ def main(argv: list[str] | None = None) -> None:
         print(f"HTML: {HTML / 'index.html'}")
 
 
-def setup(app) -> dict:
-    """Sphinx extension: serve the vendored plotly.js on every page, before any other script.
+# Run just before the widget manager on pages with widgets. The manager asks require.js for its icon
+# fonts under "@jupyter-widgets/html-manager/dist" beside the page: point that at the vendored copy.
+# Its controls typeset their labels with MathJax 2's MathJax.Hub.Queue(["Typeset", Hub, element]); the
+# book serves MathJax 3 (deferred, so still a config object here): once it is ready, give it that call.
+WIDGET_PRELUDE = """require.config({{paths: {{"@jupyter-widgets/html-manager/dist": "{root}"}}}});
+(function (config) {{
+  if (config === undefined || config.version !== undefined) return;
+  function hub() {{
+    if (MathJax.Hub === undefined && MathJax.typesetPromise !== undefined) {{
+      MathJax.Hub = {{Queue: function (job) {{ return MathJax.typesetPromise(job && job[2] ? [job[2]] : undefined); }}}};
+    }}
+  }}
+  config.startup = config.startup || {{}};
+  var ready = config.startup.ready;
+  config.startup.ready = function () {{ ready ? ready() : MathJax.startup.defaultReady(); hub(); }};
+}})(window.MathJax);"""
+WIDGET_MANAGER = "_static/html-manager/embed-amd.js"
 
-    It must load before require.js (on widget pages), or plotly registers as an anonymous AMD module
-    instead of defining ``window.Plotly``.
+
+def add_widget_prelude(app, pagename: str, templatename: str, context: dict, doctree: object) -> None:
+    """Insert ``WIDGET_PRELUDE`` right before the widget manager's script, on the pages that load it."""
+    from sphinx.builders.html._assets import _JavaScript
+
+    scripts = context.get("script_files", [])
+    at = next((i for i, js in enumerate(scripts) if js.filename == WIDGET_MANAGER), None)
+    if at is not None:
+        root = context["pathto"]("_static/html-manager", 1)
+        scripts.insert(at, _JavaScript(None, body=WIDGET_PRELUDE.format(root=root), priority=scripts[at].priority))
+
+
+def setup(app) -> dict:
+    """Sphinx extension: serve the vendored plotly.js on every page, before any other script, and
+    configure the widget manager (``add_widget_prelude``) on pages with widgets.
+
+    plotly.js must load before require.js (on widget pages), or plotly registers as an anonymous AMD
+    module instead of defining ``window.Plotly``.
     """
     app.add_js_file("plotly.min.js", priority=100)
+    app.connect("html-page-context", add_widget_prelude, priority=900)  # after myst-nb adds the page's scripts
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -193,7 +193,8 @@ def shift_test(shifts: Sequence[int], errors: Mapping[str, np.ndarray], title: s
     for enc, err in errors.items():
         fig.add_trace(go.Scatter(x=list(shifts), y=np.maximum(err, 1e-18), mode="lines+markers",
                                  name=LABELS.get(enc, enc), line=dict(color=COLORS.get(enc, "#333"))))
-    return _layout(fig, title, "shift s (positions)", "max |logit change| (logit units, log scale)", yaxis_type="log")
+    return _layout(fig, title, "shift s (positions)", "max |logit change| (logit units, log scale)", yaxis_type="log",
+                   yaxis_exponentformat="power")
 
 
 def attention_maps(maps: Mapping[int, np.ndarray], train_length: int, title: str) -> go.Figure:
@@ -235,7 +236,7 @@ def last_query_attention(profiles: Mapping[int, np.ndarray], offset: int, train_
         frames[f"L={L}"] = traces
     fig = slider_figure(frames, "evaluation length")
     return _layout(fig, title, "offset of the key behind the query (positions, log scale)",
-                   "mean attention weight (probability)", xaxis_type="log", yaxis_range=[0, 1])
+                   "mean attention weight (probability)", xaxis_type="log", yaxis_range=[0, 1], xaxis_dtick=np.log10(2))
 
 
 def argmax_positions(counts: Mapping[int, np.ndarray], offset: int, train_length: int, title: str) -> go.Figure:

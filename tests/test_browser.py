@@ -44,12 +44,6 @@ ALLOWED_ERRORS = {
         "jupyter-book 1 includes sphinx-thebe's script twice; thebe (live code) is off in _config.yml",
     r"console error: Got invalid theme mode: \. Resetting to auto":
         "pydata-sphinx-theme on a fresh profile (no saved light/dark mode): it falls back to auto",
-    r"uncaught exception: Cannot read properties of undefined \(reading 'Queue'\)":
-        "the widget controls typeset labels with MathJax 2's MathJax.Hub.Queue, absent from the book's "
-        "MathJax 3; the label text is set before that call, so every control still shows its label",
-    r"HTTP 404 for \S+/@jupyter-widgets/html-manager/dist/\w+\.(woff2?|ttf)$":
-        "the widget manager looks for its icon font beside the page, not in _static/html-manager; "
-        "no widget of the book shows an icon",
 }
 
 
