@@ -40,6 +40,8 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="decoupled weight decay (AdamW)")
     p.add_argument("--rope-base", type=float, default=d.rope_base, help="RoPE frequency base")
     p.add_argument("--max-length", type=int, default=d.max_length, help="rows of the APE table")
+    p.add_argument("--init-scale", type=float, default=d.init_scale,
+                   help="initial norm of embedding and APE rows (std init_scale/sqrt(dim))")
     p.add_argument("--seeds", type=int, default=len(HEADLINE_SEEDS), help="number of seeds (0..N-1)")
     p.add_argument("--eval-lengths", type=str, default=None,
                    help="comma-separated lengths (default: 1,2,4,8,16 x train length)")
@@ -52,7 +54,7 @@ def config_from_args(a: argparse.Namespace) -> Config:
         encoding=a.encoding, vocab=a.vocab, dim=a.dim, train_length=a.train_length,
         min_train_length=a.min_train_length, offset=a.offset, layers=a.layers, mlp=a.mlp,
         steps=a.steps, batch=a.batch, lr=a.lr, weight_decay=a.weight_decay,
-        rope_base=a.rope_base, max_length=a.max_length,
+        rope_base=a.rope_base, max_length=a.max_length, init_scale=a.init_scale,
     )
 
 
@@ -115,12 +117,18 @@ def cmd_headline(a: argparse.Namespace) -> None:
     print(format_table(reports))
 
 
-def cmd_train(a: argparse.Namespace) -> None:
+def settings_from_args(a: argparse.Namespace) -> tuple[Config, list[int], list[int]]:
+    """(config, seeds, evaluation lengths) from the shared flags, each checked."""
     c = config_from_args(a)
     lengths = eval_lengths_from_args(a, c)
     if a.seeds < 1:
         raise ConfigError(f"--seeds {a.seeds}: train at least one seed")
-    report = run_report(c, list(range(a.seeds)), lengths, a.samples)
+    return c, list(range(a.seeds)), lengths
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    c, seeds, lengths = settings_from_args(a)
+    report = run_report(c, seeds, lengths, a.samples)
     print(json.dumps(report) if a.json else format_table({c.encoding: report}))
 
 
@@ -141,11 +149,8 @@ def cmd_sweep(a: argparse.Namespace) -> None:
 def cmd_analyze(a: argparse.Namespace) -> None:
     from .analyze import analyze, format_report
 
-    c = config_from_args(a)
-    lengths = eval_lengths_from_args(a, c)
-    if a.seeds < 1:
-        raise ConfigError(f"--seeds {a.seeds}: train at least one seed")
-    report = analyze(c, list(range(a.seeds)), lengths, a.samples)
+    c, seeds, lengths = settings_from_args(a)
+    report = analyze(c, seeds, lengths, a.samples)
     print(json.dumps(report) if a.json else format_report(report))
 
 
