@@ -51,7 +51,7 @@ def check_one_layer(model: Model, readout: bool = False) -> None:
         need = "layers=1 and mlp=False" if readout else "layers=1"
         raise ConfigError(
             f"layers={c.layers}, mlp={c.mlp}: the dilution law describes a one-layer model ({need}); "
-            f"for deeper models measure attention with pinning.attention_by_layer"
+            f"for deeper models measure attention with pinning.measure_lengths (attention by layer)"
         )
 
 

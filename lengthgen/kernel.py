@@ -37,7 +37,7 @@ def check_first_layer(layer: int) -> None:
         raise ConfigError(
             f"layer={layer}: the carrier kernel is defined on the first layer (layer=0), whose input is the "
             f"token embedding plus position rows; deeper inputs depend on context: measure their attention "
-            f"with pinning.attention_by_layer instead"
+            f"with pinning.measure_lengths (attention by layer) instead"
         )
 
 
