@@ -141,7 +141,8 @@ def accuracy_vs_length(
 ) -> go.Figure:
     """Accuracy (mean line, one dot per seed) against the evaluation length as a multiple of the training
     length, per encoding, with chance marked. grid: (training length T, offset K) -> encoding -> Evaluation.
-    A slider switches between the grid's (T, K) settings when there is more than one."""
+    A slider switches between the grid's (T, K) settings when there is more than one. With five or more
+    legend entries the legend moves to the right of the plot, where it cannot crowd the title."""
     frames = {}
     for (T, K), by_enc in grid.items():
         traces: list[go.BaseTraceType] = []
@@ -154,8 +155,10 @@ def accuracy_vs_length(
                                  line=CHANCE_STYLE, hoverinfo="skip"))
         frames[f"T={T}, K={K}"] = traces
     fig = slider_figure(frames, "training length, offset")
+    entries = max(len(by_enc) for by_enc in grid.values()) + 1  # one per encoding, plus chance
+    side = dict(legend=dict(orientation="v", x=1.02, xanchor="left", y=1, yanchor="top"), margin=dict(t=70, r=10))
     return _layout(fig, title, "evaluation length / training length (log scale)", "accuracy (fraction correct)",
-                   xaxis_type="log", yaxis_range=[0, 1.05], xaxis_dtick=np.log10(2))
+                   xaxis_type="log", yaxis_range=[0, 1.05], xaxis_dtick=np.log10(2), **(side if entries >= 5 else {}))
 
 
 def accuracy_by_length_linear(evals: Mapping[str, Evaluation], train_length: int, title: str) -> go.Figure:
@@ -392,7 +395,8 @@ def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[
 
     predicted, measured: (n,) lengths as multiples of the training length, None for "not within ``cap``"
     (drawn at 1.25 x cap);
-    groups: (n,) legend label per model. Log axes; the dashed diagonal is perfect agreement.
+    groups: (n,) legend label per model. Log axes; the dashed diagonal is perfect agreement, the dotted
+    lines mark ``cap`` (the caption says what lies beyond them).
     """
     beyond = 1.25 * cap
     fill = lambda v: np.array([beyond if x is None else x for x in v], dtype=np.float32)  # noqa: E731
@@ -409,8 +413,7 @@ def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[
                              line=dict(color="#999", dash="dash", width=1), hoverinfo="skip"))
     fig.add_vline(x=cap, line=dict(color="#bbb", width=1, dash="dot"))
     fig.add_hline(y=cap, line=dict(color="#bbb", width=1, dash="dot"))
-    return _layout(fig, title, f"predicted failure length / T (log; right of the dotted line: none up to {cap:g})",
-                   f"measured failure length / T (log; above the dotted line: none up to {cap:g})",
+    return _layout(fig, title, "predicted failure length / T (log scale)", "measured failure length / T (log scale)",
                    xaxis_type="log", yaxis_type="log")
 
 
@@ -428,9 +431,10 @@ def setting_effects(labels: Sequence[str], series: Series, chance: float, title:
             error_x=dict(type="data", array=np.asarray(sem, dtype=np.float32), visible=True, thickness=1),
             hovertemplate="%{y}: %{x:.3f} ± %{error_x.array:.3f}<extra>" + name + "</extra>",
         ))
-    fig.add_vline(x=chance, line=CHANCE_STYLE, annotation_text="chance", annotation_position="top")
+    fig.add_vline(x=chance, line=CHANCE_STYLE, annotation_text="chance", annotation_position="bottom right")
     return _layout(fig, title, "accuracy (fraction correct), mean ± standard error over seeds", "setting",
-                   xaxis_range=[0, 1.03], yaxis_autorange="reversed", height=max(HEIGHT, 28 * len(labels) + 160))
+                   xaxis_range=[0, 1.03], yaxis_autorange="reversed", yaxis_automargin=True,
+                   height=max(HEIGHT, 28 * len(labels) + 160))
 
 
 def carrier_kernel_figure(frames: Mapping[str, tuple[np.ndarray, np.ndarray, int, Sequence[int]]], train_length: int,
@@ -461,9 +465,8 @@ def carrier_kernel_figure(frames: Mapping[str, tuple[np.ndarray, np.ndarray, int
         ]
     fig = slider_figure(panels, "offset, seed")
     reach = max(len(kern) for kern, *_ in frames.values()) - 1
-    fig.add_vrect(x0=train_length - 0.5, x1=reach, fillcolor="#ffdd88", opacity=0.2, line_width=0,
-                  annotation_text="offsets never seen in training", annotation_position="top right")
-    return _layout(fig, title, "offset of the key behind the query, -delta (positions)",
+    fig.add_vrect(x0=train_length - 0.5, x1=reach, fillcolor="#ffdd88", opacity=0.2, line_width=0)
+    return _layout(fig, title, "offset behind the query, -delta (positions; shaded: never seen in training)",
                    "mean logit c(delta) (logit units)")
 
 
