@@ -88,6 +88,18 @@ class _Bundle:
         return self.bundle
 
 
+def md_table(header: Sequence[str], body: Sequence[Sequence[str]]):  # -> IPython.display.Markdown
+    """A markdown table (for ``glue`` and ``{glue:md}``): one header row, then one row per ``body`` entry
+    of already formatted cells (each as long as ``header``)."""
+    from IPython.display import Markdown
+
+    bad = [i for i, row in enumerate(body) if len(row) != len(header)]
+    if bad:
+        raise ValueError(f"md_table: rows {bad} do not have {len(header)} cells like the header")
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return Markdown("\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]))
+
+
 def _layout(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figure:
     fig.update_layout(title=dict(text=title, x=0.02, y=0.98, yanchor="top"), xaxis_title=x, yaxis_title=y, **kw)
     return fig

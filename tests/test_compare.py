@@ -1,0 +1,130 @@
+"""lengthgen.compare (the statistics chapters 6 and 8 state their verdicts with) and plots.md_table."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from lengthgen import compare
+from lengthgen.config import Config
+from lengthgen.plots import md_table
+from lengthgen.task import eval_tokens, targets
+
+ROWS = [
+    {"enc": "rope", "steps": 10, "acc": 0.5, "seed": 0},
+    {"enc": "rope", "steps": 10, "acc": 0.7, "seed": 1},
+    {"enc": "rope", "steps": 20, "acc": 0.9, "seed": 0},
+    {"enc": "ape", "steps": 10, "acc": 0.1, "seed": 0, "extra": 3},
+]
+
+
+def test_select_treats_a_missing_field_as_none() -> None:
+    assert compare.select(ROWS, enc="rope", steps=10) == ROWS[:2]
+    assert compare.select(ROWS, extra=None) == ROWS[:3]
+    assert compare.select(ROWS) == ROWS
+
+
+def test_stats_and_line_summarize_the_selected_rows() -> None:
+    (s,) = compare.stats(ROWS, "acc", ["enc"], enc="rope", steps=10)
+    assert (s["enc"], s["n"]) == ("rope", 2)
+    assert s["mean"] == pytest.approx(0.6) and s["sem"] == pytest.approx(np.std([0.5, 0.7], ddof=1) / np.sqrt(2))
+    x, mean, sem = compare.line(ROWS, "acc", "steps", enc="rope")
+    assert x == [10, 20] and mean == pytest.approx([0.6, 0.9]) and sem[1] == 0.0
+    assert compare.pm(s) == "0.600 ± 0.100"
+
+
+def test_versus_uses_two_combined_standard_errors() -> None:
+    b = {"mean": 0.5, "sem": 0.03}
+    err = float(np.hypot(0.04, 0.03))  # 0.05
+    assert compare.versus({"mean": 0.5 + 2 * err - 1e-9, "sem": 0.04}, b) == "no clear difference"
+    assert compare.versus({"mean": 0.5 + 2 * err + 1e-6, "sem": 0.04}, b) == "higher"
+    assert compare.versus({"mean": 0.5 - 2 * err - 1e-6, "sem": 0.04}, b) == "lower"
+    assert compare.versus({"mean": 0.6, "sem": 0.0}, {"mean": 0.5, "sem": 0.0}) == "higher"
+
+
+def test_paired_change_counts_seeds_and_gives_a_verdict() -> None:
+    ch = compare.paired_change(np.zeros(3), np.array([1.0, 2.0, 3.0]))
+    assert (ch.mean, ch.up, ch.down, ch.verdict) == (2.0, 3, 0, "up")
+    assert ch.sem == pytest.approx(1 / np.sqrt(3))
+    noisy = compare.paired_change(np.zeros(4), np.array([1.0, -1.0, 2.0, -1.5]))
+    assert (noisy.up, noisy.down, noisy.verdict) == (2, 2, "no clear change")
+    down = compare.paired_change(np.array([0.9, 0.8]), np.array([0.1, 0.1]))
+    assert down.verdict == "down" and down.mean == pytest.approx(-0.75)
+    one = compare.paired_change(np.array([1.0]), np.array([0.5]))
+    assert (one.sem, one.verdict) == (0.0, "down")
+
+
+def test_paired_change_rejects_unpaired_input() -> None:
+    with pytest.raises(ValueError, match="same seeds"):
+        compare.paired_change(np.zeros(3), np.zeros(4))
+    with pytest.raises(ValueError, match="non-empty"):
+        compare.paired_change(np.zeros(0), np.zeros(0))
+
+
+@pytest.mark.parametrize("predicted, measured, expected", [
+    (None, None, "neither fails"), (None, 2.0, "fails, none predicted"), (2.0, None, "predicted, does not fail"),
+    (4.0, 2.0, "fails earlier"), (2.0, 4.0, "fails later"), (2.0, 3.0, "agrees"), (3.0, 2.0, "agrees"),
+])
+def test_failure_verdict(predicted, measured, expected) -> None:
+    assert compare.failure_verdict(predicted, measured, tol=1.5) == expected
+    assert expected in compare.VERDICTS
+
+
+def test_failure_verdict_rejects_a_tolerance_below_one() -> None:
+    with pytest.raises(ValueError, match="tol"):
+        compare.failure_verdict(1.0, 1.0, tol=0.5)
+
+
+def test_failure_multiples_in_training_lengths() -> None:
+    record = {"config": {"vocab": 10, "train_length": 16}, "lengths": [16, 32, 64, 128],
+              "accuracy": [1.0, 0.9, 0.5, 0.1], "kernel": {"predicted_failure_length": 48}}
+    assert compare.failure_multiples(record) == (3.0, 4.0)  # halfway to chance 0.1 is 0.55: first below at 64
+    never = {**record, "accuracy": [1.0] * 4, "kernel": {"predicted_failure_length": None}}
+    assert compare.failure_multiples(never) == (None, None)
+
+
+def test_records_with_and_setting_label() -> None:
+    records = [{"config": {"dim": 8, "lr": 0.01}}, {"config": {"dim": 16, "lr": 0.01}}]
+    assert compare.records_with(records, dim=16) == records[1:]
+    base = {"dim": 8, "lr": 0.01, "rope_base": 10000.0}
+    assert compare.setting_label(base, base) == "defaults"
+    assert compare.setting_label({**base, "dim": 16, "rope_base": 100.0}, base) == "dim=16, rope_base=100"
+
+
+def test_frequency_guess_matches_a_direct_count() -> None:
+    c = Config().replace(vocab=4, train_length=12, offset=2)
+    tokens = eval_tokens(c, 12, 50, seed=3)
+    want = []
+    for seq, target in zip(tokens.tolist(), targets(tokens, c.offset).tolist()):
+        counts = Counter(seq)
+        top = max(counts.values())
+        tied = [t for t, n in counts.items() if n == top]
+        want.append(1 / len(tied) if target in tied else 0.0)
+    assert compare.frequency_guess(c, 12, 50, seed=3) == pytest.approx(np.mean(want))
+
+
+def test_share_beyond_the_training_length() -> None:
+    counts = np.array([[1, 1, 2, 4], [0, 0, 0, 5]])  # (S=2, L=4) argmax counts per key position
+    assert compare.share_beyond(counts, 2).tolist() == [0.25, 0.0]
+    assert compare.share_beyond(counts, 4).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="train_length"):
+        compare.share_beyond(counts, 5)
+
+
+def test_accuracy_at_stacks_the_requested_lengths() -> None:
+    ev = SimpleNamespace(by_length={8: SimpleNamespace(accuracy=np.array([1.0, 0.5])),
+                                    16: SimpleNamespace(accuracy=np.array([0.2, 0.4]))}, lengths=[8, 16])
+    assert compare.accuracy_at(ev, [16, 8]).tolist() == [[0.2, 0.4], [1.0, 0.5]]
+    with pytest.raises(ValueError, match="not evaluated"):
+        compare.accuracy_at(ev, [32])
+
+
+def test_spread_and_md_table() -> None:
+    assert compare.spread(np.array([0.25, 0.5, 0.75])) == "0.500 [0.250, 0.750]"
+    table = md_table(["a", "b"], [["1", "2"], ["3", "4"]])
+    assert table.data == "| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |"
+    with pytest.raises(ValueError, match="rows \\[1\\]"):
+        md_table(["a", "b"], [["1", "2"], ["3"]])
