@@ -74,28 +74,52 @@ class Evaluation:
         return {L: float(r.accuracy.mean()) for L, r in self.by_length.items()}
 
 
-def evaluate_length(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: int = 0) -> LengthResult:
-    """Measure accuracy, target attention and argmax positions at one length on fresh samples."""
+@dataclass
+class AttentionSums:
+    """Sums over one pass of held-out samples: per member (S) and, for attention, per layer (n)."""
+
+    samples: int
+    correct: torch.Tensor  # (S,) correct predictions
+    argmax_counts: torch.Tensor  # (n, S, L) last query's attention argmax per key position
+    at_target: torch.Tensor  # (n, S) attention weight on the target x_(L-K)
+    at_watch: torch.Tensor  # (n, S) attention weight on the watched position (zeros without one)
+    predicts_watch: torch.Tensor  # (S,) predictions equal to the token at the watched position
+
+
+@torch.no_grad()
+def attention_sums(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: int = 0,
+                   watch: int | None = None) -> AttentionSums:
+    """One pass of ``samples`` held-out sequences of ``length``: predictions and every layer's last-query
+    attention, summed. ``watch``: a 0-indexed position whose weight and token are also tallied."""
     c, model = trained.config, trained.model
     check_length(c, length)
     tokens = eval_tokens(c, length, samples, seed)
-    S = model.members
-    correct = torch.zeros(S)
-    weight = torch.zeros(S)
-    counts = torch.zeros(S, length)
+    S, n = model.members, len(model.layers)
+    sums = AttentionSums(samples, torch.zeros(S), torch.zeros(n, S, length), torch.zeros(n, S),
+                         torch.zeros(n, S), torch.zeros(S))
     for part, out in forward_chunks(model, tokens):
-        y = targets(part, c.offset)
-        correct += (out.logits.argmax(-1) == y).float().sum(1).cpu()
-        attn = out.attentions[-1][:, :, -1]  # (S, b, L): the last query's attention
-        weight += attn[..., -1 - c.offset].sum(1).cpu()
-        hits = torch.nn.functional.one_hot(attn.argmax(-1), length).sum(1)
-        counts += hits.cpu().float()
+        pred = out.logits.argmax(-1)
+        sums.correct += (pred == targets(part, c.offset)).float().sum(1).cpu()
+        if watch is not None:
+            sums.predicts_watch += (pred == part[:, watch]).float().sum(1).cpu()
+        for i, attn in enumerate(out.attentions):
+            last = attn[:, :, -1]  # (S, b, L): the last query's attention
+            sums.argmax_counts[i] += torch.nn.functional.one_hot(last.argmax(-1), length).sum(1).cpu().float()
+            sums.at_target[i] += last[..., -1 - c.offset].sum(1).cpu()
+            if watch is not None:
+                sums.at_watch[i] += last[..., watch].sum(1).cpu()
+    return sums
+
+
+def evaluate_length(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: int = 0) -> LengthResult:
+    """Measure accuracy, the last layer's target attention and argmax positions at one length on fresh samples."""
+    sums = attention_sums(trained, length, samples, seed)
     return LengthResult(
         length=length,
-        offset=c.offset,
-        accuracy=(correct / samples).numpy(),
-        target_weight=(weight / samples).numpy(),
-        argmax_counts=counts.numpy(),
+        offset=trained.config.offset,
+        accuracy=(sums.correct / samples).numpy(),
+        target_weight=(sums.at_target[-1] / samples).numpy(),
+        argmax_counts=sums.argmax_counts[-1].numpy(),
     )
 
 

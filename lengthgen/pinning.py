@@ -16,9 +16,8 @@ import numpy as np
 import torch
 
 from .config import Config, ConfigError, check_length
-from .evaluate import EVAL_SAMPLES, forward_chunks
+from .evaluate import EVAL_SAMPLES, attention_sums
 from .model import Model
-from .task import eval_tokens, targets
 from .train import Trained
 
 
@@ -71,37 +70,20 @@ class PinningResult:
         }
 
 
-@torch.no_grad()
 def measure(trained: Trained, length: int, samples: int = EVAL_SAMPLES, seed: int = 0) -> PinningResult:
     """Attention of the last query in every layer, and the predictions, on held-out samples."""
-    c, model = trained.config, trained.model
-    check_length(c, length)
-    tokens = eval_tokens(c, length, samples, seed)
-    pin, tgt = pinned_index(c), length - 1 - c.offset
-    S, n_layers = model.members, len(model.layers)
-    counts = torch.zeros(n_layers, S, length)
-    at_target, at_pin = torch.zeros(n_layers, S), torch.zeros(n_layers, S)
-    correct, pinned_pred = torch.zeros(S), torch.zeros(S)
-    for part, out in forward_chunks(model, tokens):
-        pred = out.logits.argmax(-1).cpu()
-        part = part.cpu()
-        correct += (pred == targets(part, c.offset)).float().sum(1)
-        if pin < length:
-            pinned_pred += (pred == part[:, pin]).float().sum(1)
-        for i, attn in enumerate(out.attentions):
-            last = attn[:, :, -1].cpu()  # (S, b, L)
-            counts[i] += torch.nn.functional.one_hot(last.argmax(-1), length).sum(1).float()
-            at_target[i] += last[..., tgt].sum(1)
-            if pin < length:
-                at_pin[i] += last[..., pin].sum(1)
-    nan = np.full(S, np.nan)
+    c = trained.config
+    pin = pinned_index(c)
+    watch = pin if pin < length else None
+    sums = attention_sums(trained, length, samples, seed, watch)
+    nan = np.full(trained.model.members, np.nan)
     layers = [
-        LayerAttention(counts[i].numpy(), (at_target[i] / samples).numpy(),
-                       (at_pin[i] / samples).numpy() if pin < length else nan)
-        for i in range(n_layers)
+        LayerAttention(sums.argmax_counts[i].numpy(), (sums.at_target[i] / samples).numpy(),
+                       (sums.at_watch[i] / samples).numpy() if watch is not None else nan)
+        for i in range(len(trained.model.layers))
     ]
-    return PinningResult(length, c.offset, pin, layers, (correct / samples).numpy(),
-                         (pinned_pred / samples).numpy() if pin < length else nan)
+    return PinningResult(length, c.offset, pin, layers, (sums.correct / samples).numpy(),
+                         (sums.predicts_watch / samples).numpy() if watch is not None else nan)
 
 
 def measure_lengths(
