@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import ENCODINGS, Config, ConfigError, check_length
+from .config import DECAY_SCOPES, ENCODINGS, OPTIMIZERS, Config, ConfigError, check_length
 from .evaluate import Evaluation, evaluate
 from .train import train
 
@@ -34,26 +34,43 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=int, default=d.offset, help="retrieve the token K back (K)")
     p.add_argument("--layers", type=int, default=d.layers, help="number of attention layers")
     p.add_argument("--mlp", action="store_true", help="add a ReLU MLP after each attention layer")
+    p.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)} (gd: plain gradient descent)")
     p.add_argument("--steps", type=int, default=d.steps, help="maximum training steps")
     p.add_argument("--batch", type=int, default=d.batch, help="sequences per step")
-    p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="decoupled weight decay (AdamW)")
+    p.add_argument("--lr", type=float, default=d.lr, help="step size (learning rate)")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="decoupled weight decay (AdamW for adam)")
+    p.add_argument("--decay-scope", default=d.decay_scope,
+                   help=f"what weight decay acts on: {' or '.join(DECAY_SCOPES)} (matrices: not the token/position tables)")
+    p.add_argument("--target-accuracy", type=parse_target, default=d.target_accuracy,
+                   help=f"early stop at this training accuracy (default {d.target_accuracy}); 'none' trains all --steps")
     p.add_argument("--rope-base", type=float, default=d.rope_base, help="RoPE frequency base")
     p.add_argument("--max-length", type=int, default=d.max_length, help="rows of the APE table")
     p.add_argument("--init-scale", type=float, default=d.init_scale,
                    help="initial norm of embedding and APE rows (std init_scale/sqrt(dim))")
-    p.add_argument("--seeds", type=int, default=len(HEADLINE_SEEDS), help="number of seeds (0..N-1)")
+    p.add_argument("--seeds", type=int, default=len(HEADLINE_SEEDS),
+                   help="how many seeds: N trains seeds 0..N-1 (a count, not a seed value)")
     p.add_argument("--eval-lengths", type=str, default=None,
                    help="comma-separated lengths (default: 1,2,4,8,16 x train length)")
     p.add_argument("--samples", type=int, default=1000, help="held-out samples per evaluation length")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
+def parse_target(text: str) -> float | None:
+    """--target-accuracy: a number in (0, 1], or none/off/0 for no early stop."""
+    if text.strip().lower() in ("none", "off", "0"):
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a training accuracy in (0, 1], or 'none' for no early stop")
+
+
 def config_from_args(a: argparse.Namespace) -> Config:
     return Config(
         encoding=a.encoding, vocab=a.vocab, dim=a.dim, train_length=a.train_length,
         min_train_length=a.min_train_length, offset=a.offset, layers=a.layers, mlp=a.mlp,
-        steps=a.steps, batch=a.batch, lr=a.lr, weight_decay=a.weight_decay,
+        optimizer=a.optimizer, steps=a.steps, batch=a.batch, lr=a.lr, weight_decay=a.weight_decay,
+        decay_scope=a.decay_scope, target_accuracy=a.target_accuracy,
         rope_base=a.rope_base, max_length=a.max_length, init_scale=a.init_scale,
     )
 
@@ -102,9 +119,8 @@ def format_table(reports: dict[str, dict]) -> str:
         lines.append(f"{L:>8} {int(L) / L0:>8.3g} " + " ".join(f"{c:>16}" for c in cells))
     lines.append(f"chance level 1/V = {first['chance']:.4f}; accuracy is mean ± sd over seeds {first['seeds']}")
     for n in names:
-        target = reports[n]["config"]["target_accuracy"]
-        lines.append(f"{n}: steps trained per seed {reports[n]['steps_trained']} "
-                     f"(early stop at training accuracy {target}, at most {reports[n]['config']['steps']} steps)")
+        recipe = Config(**reports[n]["config"]).recipe()
+        lines.append(f"{n}: trained with {recipe}; steps per seed {reports[n]['steps_trained']}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 
 ENCODINGS = ("rope", "ape", "sinusoidal", "nope", "alibi")
+OPTIMIZERS = ("adam", "gd")  # Adam (AdamW's decoupled decay), plain gradient descent (no momentum)
+DECAY_SCOPES = ("matrices", "all")  # weight decay on the attention/read-out matrices only, or on the tables too
 
 
 class ConfigError(ValueError):
@@ -44,10 +46,12 @@ class Config:
     max_length: int = 1024
     init_scale: float = 1.0
     # training
+    optimizer: str = "adam"
     steps: int = 400
     batch: int = 256
     lr: float = 1e-2
     weight_decay: float = 0.0
+    decay_scope: str = "matrices"
     target_accuracy: float | None = 0.995
     length_seed: int = 0
 
@@ -79,6 +83,15 @@ class Config:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    def recipe(self) -> str:
+        """The training recipe in one line, e.g. "Adam, lr 0.01, batch 256, <= 400 steps, early stop at 0.995"."""
+        name = {"adam": "Adam", "gd": "GD"}[self.optimizer]
+        stop = "no early stop" if self.target_accuracy is None else f"early stop at {self.target_accuracy:g}"
+        steps = f"{self.steps} steps" if self.target_accuracy is None else f"<= {self.steps} steps"
+        decay = "no weight decay" if self.weight_decay == 0 else (
+            f"weight decay {self.weight_decay:g} on " + ("the matrices" if self.decay_scope == "matrices" else "every parameter"))
+        return f"{name}, lr {self.lr:g}, batch {self.batch}, {steps}, {stop}, {decay}"
+
     def key(self) -> str:
         """A stable text key (sorted JSON) for caches."""
         return json.dumps(self.to_dict(), sort_keys=True)
@@ -92,6 +105,10 @@ def validate(c: Config) -> None:
     """Raise ConfigError with a fix for the first problem found."""
     if c.encoding not in ENCODINGS:
         raise ConfigError(f"unknown encoding {c.encoding!r}; use one of {', '.join(ENCODINGS)}")
+    if c.optimizer not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {c.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    if c.decay_scope not in DECAY_SCOPES:
+        raise ConfigError(f"unknown decay_scope {c.decay_scope!r}; use one of {', '.join(DECAY_SCOPES)}")
     if c.vocab < 2:
         raise ConfigError(f"vocab={c.vocab}: the vocabulary needs at least 2 symbols (set vocab >= 2)")
     if c.train_length < 1:

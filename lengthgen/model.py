@@ -12,6 +12,7 @@ model goes further (``Model.forward_tables``): its logits are entries of a table
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import NamedTuple, Sequence
 
@@ -113,6 +114,18 @@ class Model(nn.Module):
     @property
     def members(self) -> int:
         return len(self.seeds)
+
+    def subset(self, members: Sequence[int], config: Config | None = None) -> "Model":
+        """A new model holding only the given members (indices into the ensemble axis), detached copies
+        of their parameters; ``config`` replaces the config (runs trained together may differ in recipe)."""
+        new = copy.deepcopy(self)
+        index = torch.as_tensor(list(members), dtype=torch.long, device=self.embed.device)
+        for p in new.parameters():
+            p.grad = None
+            p.data = p.data.index_select(0, index).clone()
+        new.seeds = [self.seeds[i] for i in members]
+        new.config = config if config is not None else self.config
+        return new
 
     def inputs(self, tokens: torch.Tensor) -> torch.Tensor:
         """Layer-1 input: token embeddings plus any additive position rows.

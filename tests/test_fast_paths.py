@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import ENCODINGS, Config, evaluate, train
+from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
 from lengthgen.model import Model
 from lengthgen.task import eval_tokens, generator, targets
-from lengthgen.train import NO_DECAY, EnsembleAdam, cpu_threads
+from lengthgen.train import TABLES, EnsembleOptimizer, cpu_threads, train_runs
 
 SEEDS = (0, 1, 2)
 
@@ -74,17 +74,23 @@ def test_forward_takes_the_tables_only_where_exact() -> None:
         Model(c.replace(layers=2), [0]).forward_tables(eval_tokens(c, 8, 2))
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_ensemble_adam_matches_torch_adam(weight_decay: float) -> None:
-    """All members active: the same steps as torch.optim.Adam (AdamW with decay, none on the tables)."""
-    c = Config(encoding="ape", weight_decay=weight_decay, lr=1e-2)
+@pytest.mark.parametrize("optimizer", ["adam", "gd"])
+@pytest.mark.parametrize("weight_decay,scope", [(0.0, "matrices"), (0.1, "matrices"), (0.1, "all")])
+def test_ensemble_optimizer_matches_torch(optimizer: str, weight_decay: float, scope: str) -> None:
+    """All members active: the same steps as torch.optim.AdamW / SGD (decay on the tables only with scope "all")."""
+    c = Config(encoding="ape", optimizer=optimizer, weight_decay=weight_decay, decay_scope=scope,
+               lr=1e-2 if optimizer == "adam" else 0.5)
     ours, ref = Model(c, SEEDS).double(), Model(c, SEEDS).double()
-    opt = EnsembleAdam(list(ours.named_parameters()), c)
+    opt = EnsembleOptimizer(list(ours.named_parameters()), [c] * len(SEEDS))
+    table_decay = weight_decay if scope == "all" else 0.0
     groups = [
-        {"params": [p for n, p in ref.named_parameters() if n in NO_DECAY], "weight_decay": 0.0},
-        {"params": [p for n, p in ref.named_parameters() if n not in NO_DECAY], "weight_decay": weight_decay},
+        {"params": [p for n, p in ref.named_parameters() if n in TABLES], "weight_decay": table_decay},
+        {"params": [p for n, p in ref.named_parameters() if n not in TABLES], "weight_decay": weight_decay},
     ]
-    torch_opt = torch.optim.AdamW(groups, lr=c.lr, eps=1e-8)
+    if optimizer == "adam":
+        torch_opt = torch.optim.AdamW(groups, lr=c.lr, eps=1e-8)
+    else:  # decoupled decay p <- p - lr (g + wd p) is SGD's coupled decay for plain gradient descent
+        torch_opt = torch.optim.SGD(groups, lr=c.lr)
     tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
     y = targets(tokens, c.offset)
     for _ in range(5):
@@ -97,10 +103,50 @@ def test_ensemble_adam_matches_torch_adam(weight_decay: float) -> None:
         assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
 
 
+def test_optimizer_steps_each_member_with_its_own_lr_and_decay() -> None:
+    """Members with different step sizes and decays: each moves as torch's optimizer moves it alone."""
+    base = Config(optimizer="gd", lr=0.5)
+    configs = [base, base.replace(lr=0.1), base.replace(lr=0.1, weight_decay=0.3)]
+    ours = Model(base, SEEDS).double()
+    opt = EnsembleOptimizer(list(ours.named_parameters()), configs)
+    tokens = eval_tokens(base, base.train_length, samples=16, seed=1)
+    y = targets(tokens, base.offset)
+    gs = grads(ours(tokens).logits, y, ours)
+    before = [p.detach().clone() for p in ours.parameters()]
+    for p, g in zip(ours.parameters(), gs):
+        p.grad = g
+    opt.step(torch.ones(len(SEEDS), dtype=torch.bool))
+    for (name, p), old, g in zip(ours.named_parameters(), before, gs):
+        for s, c in enumerate(configs):
+            decay = c.weight_decay if name not in TABLES else 0.0
+            assert torch.allclose(p[s], old[s] - c.lr * (g[s] + decay * old[s]), atol=1e-12), (name, s)
+
+
+def test_runs_with_different_recipes_train_as_if_alone() -> None:
+    """One batched ensemble of runs that differ in lr, offset, budget and early stop: each equals its solo run."""
+    base = Config(steps=60, target_accuracy=None)
+    runs = [(base, 0), (base.replace(lr=3e-3, offset=4), 1), (base.replace(steps=20), 2),
+            (base.replace(target_accuracy=0.5, steps=150), 0)]
+    together = train_runs(runs, progress=False)
+    assert [t.config for t in together] == [c for c, _ in runs]
+    for (c, seed), t in zip(runs, together):
+        alone = train(c, [seed], progress=False)
+        assert t.seeds == [seed] and t.steps.tolist() == alone.steps.tolist()
+        for a, b in zip(t.model.parameters(), alone.model.parameters()):
+            assert torch.allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_runs_must_share_their_shape() -> None:
+    with pytest.raises(ConfigError, match="may differ only in"):
+        train_runs([(Config(), 0), (Config(vocab=8), 0)])
+    with pytest.raises(ConfigError, match="one optimizer"):
+        EnsembleOptimizer(list(Model(Config(), [0, 1]).named_parameters()), [Config(), Config(optimizer="gd")])
+
+
 def test_ensemble_adam_leaves_inactive_members_exactly_alone() -> None:
     c = Config(weight_decay=0.1)
     model = Model(c, SEEDS)
-    opt = EnsembleAdam(list(model.named_parameters()), c)
+    opt = EnsembleOptimizer(list(model.named_parameters()), [c] * len(SEEDS))
     tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
     active = torch.tensor([True, False, True])
     for _ in range(3):

@@ -1,0 +1,22 @@
+"""The training recipes the book compares, in one place: each is a set of Config training fields.
+
+``FIRST_FIT`` is the fast recipe the early chapters were written with (the Config defaults): Adam at a
+large step, stopped at the first 99.5% training accuracy. ``SMALL_STEPS`` is the regime the implicit-bias
+account is about: a smaller step and a fixed budget, with no early stop, so that training goes on past
+the first fit (chapter 9 measures how it was chosen and what it changes).
+"""
+
+from __future__ import annotations
+
+from .config import Config
+
+FIRST_FIT = {"optimizer": "adam", "lr": 1e-2, "steps": 400, "target_accuracy": 0.995, "weight_decay": 0.0}
+SMALL_STEPS = {"optimizer": "adam", "lr": 1e-3, "steps": 8000, "target_accuracy": None, "weight_decay": 0.0}
+RECIPES = {"first fit": FIRST_FIT, "small steps": SMALL_STEPS}
+
+
+def with_recipe(c: Config, name: str) -> Config:
+    """``c`` with the training fields of recipe ``name`` (a key of RECIPES)."""
+    if name not in RECIPES:
+        raise KeyError(f"unknown recipe {name!r}; use one of {', '.join(RECIPES)}")
+    return c.replace(**RECIPES[name])
