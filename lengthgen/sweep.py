@@ -5,15 +5,17 @@ A grid file is JSON::
     {"name": "frontier",
      "base": {"steps": 400},                         # overrides of Config() shared by every run
      "product": {"encoding": ["rope", "ape"]},       # every combination of these values ...
+     "recipes": [{"lr": 1e-2, "steps": 200}],        # ... times each of these training recipes ...
      "variants": [{}, {"rope_base": 100}],           # ... times each of these override sets ({} = as is)
      "seeds": 10,                                    # seeds 0..9, or an explicit list
      "eval": {"multiples": [1, 2, 4], "samples": 1000, "seed": 0},   # or "lengths": [32, 64]
      "record": ["kernel"],                           # extras: "kernel" (RoPE only), "argmax", "pinning"
      "quick": {"seeds": 3, "base": {"steps": 100}}}  # top-level keys replaced in quick mode
 
-Runs that differ only in seed form one group and train as one ensemble (``train(c, seeds)``); a
-member of an ensemble trains exactly as it would alone, so each (config, seed) is cached on its own,
-keyed by config, seed, evaluation settings, extras and code version. A sweep stopped at any point
+Runs that share their shape and step budget (they differ only in seed, step size, weight decay, early
+stop or offset: ``train.MEMBER_FIELDS``) train as one batched ensemble (``train.train_runs``), up to
+``MAX_MEMBERS`` runs at a time; a member of an ensemble trains exactly as it would alone, so each
+(config, seed) is cached on its own, keyed by config, seed, evaluation settings, extras and code version. A sweep stopped at any point
 resumes where it stopped; a finished one reruns from the cache without training.
 
 Groups run in this process by default, on a local process pool with ``workers=N``, or on a Dask
@@ -41,12 +43,13 @@ from .cache import PACKAGE, Cache
 from .config import Config, ConfigError, check_length
 from .kernel import predicted_failure_length, target_margin
 from .pinning import measure_lengths
-from .train import Trained, train
+from .train import Trained, shape_key, train_runs
 
-GRID_KEYS = ("name", "description", "base", "product", "variants", "seeds", "eval", "record", "quick")
+GRID_KEYS = ("name", "description", "base", "product", "recipes", "variants", "seeds", "eval", "record", "quick")
 EXTRAS = ("kernel", "argmax", "pinning")
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
 SWEEPS = PACKAGE.parent / "sweeps"  # the grid files of the book's chapters, in a source checkout
+MAX_MEMBERS = 48  # runs per batched ensemble: a step costs about members x one member (benchmarks/)
 
 
 class GridError(ConfigError):
@@ -106,16 +109,18 @@ def grid_from_dict(spec: dict, quick: bool = False, name: str = "grid") -> Grid:
     product = spec.get("product", {})
     _need(isinstance(product, dict) and all(isinstance(v, list) and v for v in product.values()),
           '"product" maps Config fields to non-empty lists, e.g. {"encoding": ["rope", "ape"]}')
-    variants = spec.get("variants", [{}])
-    _need(isinstance(variants, list) and variants and all(isinstance(v, dict) for v in variants),
-          '"variants" is a non-empty list of override dicts; use {} for the base itself')
+    variants, recipes = spec.get("variants", [{}]), spec.get("recipes", [{}])
+    for key, sets in (("variants", variants), ("recipes", recipes)):
+        _need(isinstance(sets, list) and sets and all(isinstance(v, dict) for v in sets),
+              f'"{key}" is a non-empty list of override dicts; use {{}} for the base itself')
     configs: list[Config] = []
     for values in itertools.product(*product.values()):
         point = base.replace(**_typed(dict(zip(product, values))))
-        for v in variants:
-            c = point.replace(**_typed(v))
-            if c not in configs:
-                configs.append(c)
+        for recipe in recipes:
+            for v in variants:
+                c = point.replace(**_typed({**recipe, **v}))
+                if c not in configs:
+                    configs.append(c)
     seeds = spec.get("seeds", 1)
     seeds = tuple(range(seeds)) if isinstance(seeds, int) else tuple(int(s) for s in seeds)
     _need(len(seeds) > 0 and len(set(seeds)) == len(seeds), f'"seeds": {spec.get("seeds")!r}: give N >= 1 or a list of distinct ints')
@@ -123,10 +128,12 @@ def grid_from_dict(spec: dict, quick: bool = False, name: str = "grid") -> Grid:
     _need(not ("multiples" in ev and "lengths" in ev), '"eval": give "multiples" or "lengths", not both')
     lengths = tuple(int(x) for x in ev["lengths"]) if "lengths" in ev else None
     multiples = None if lengths else tuple(ev.get("multiples", DEFAULT_MULTIPLES))
+    samples = ev.get("samples", 1000)
+    _need(isinstance(samples, int) and samples >= 1, f'"eval": "samples": {samples!r}: use an integer >= 1')
     record = tuple(sorted(spec.get("record", [])))
     _need(set(record) <= set(EXTRAS), f'"record": {list(record)}; the extras are {", ".join(EXTRAS)}')
     grid = Grid(spec.get("name", name), tuple(configs), seeds, multiples, lengths,
-                int(ev.get("samples", 1000)), int(ev.get("seed", 0)), record)
+                samples, int(ev.get("seed", 0)), record)
     for c in configs:
         grid.eval_lengths(c)  # fail now, before any training, on a length a config cannot run
     return grid
@@ -191,21 +198,46 @@ def measured_record(trained: Trained, lengths: list[int], samples: int, eval_see
     return out
 
 
-def run_group(c: Config, seeds: Sequence[int], lengths: list[int], samples: int, eval_seed: int,
-              record: Sequence[str] = (), threads: int | None = None) -> list[dict]:
-    """Train ``seeds`` as one ensemble, evaluate, and return one JSON-ready result per seed.
+Job = list[tuple[Config, tuple[int, ...]]]  # (config, seeds) pairs trained as one ensemble
+
+
+def batches(groups: Sequence[tuple[Config, tuple[int, ...]]], limit: int = MAX_MEMBERS) -> list[Job]:
+    """Pack (config, seeds) groups into ensembles of at most ``limit`` runs that share shape and step budget
+    (first-seen order). A group larger than ``limit`` is split by seeds."""
+    out: dict[tuple[str, int], list[Job]] = {}
+    for c, seeds in groups:
+        for i in range(0, len(seeds), limit):
+            part = tuple(seeds[i : i + limit])
+            jobs = out.setdefault((shape_key(c), c.steps), [[]])
+            if sum(len(s) for _, s in jobs[-1]) + len(part) > limit:
+                jobs.append([])
+            jobs[-1].append((c, part))
+    return [job for jobs in out.values() for job in jobs]
+
+
+def run_job(job: Job, lengths: list[list[int]], samples: int, eval_seed: int, record: Sequence[str] = (),
+            threads: int | None = None) -> list[list[dict]]:
+    """Train every (config, seeds) of ``job`` as one ensemble, evaluate each config at its ``lengths``, and
+    return one list of JSON-ready results (one per seed) per config.
 
     Runs anywhere (this process, a pool worker, a Dask worker); ``threads`` sets torch's thread count there.
     """
     if threads is not None:
         torch.set_num_threads(threads)
-    trained = train(c, list(seeds), progress=False)
-    last = trained.accuracy[-1] if len(trained.accuracy) else np.full(len(seeds), np.nan)
-    out = [{"steps": int(trained.steps[s]), "final_train_accuracy": float(last[s]), **m}
-           for s, m in enumerate(measured_record(trained, lengths, samples, eval_seed, record))]
-    if "kernel" in record and c.encoding == "rope":
-        for r, k in zip(out, kernel_record(trained, lengths)):
-            r["kernel"] = k
+    runs = [(c, s) for c, seeds in job for s in seeds]
+    trained = train_runs(runs, progress=False)
+    out = []
+    for t, ls in zip(trained, lengths):
+        last = t.accuracy[-1] if len(t.accuracy) else np.full(len(t.seeds), np.nan)
+        final_loss = t.loss[-1] if len(t.loss) else np.full(len(t.seeds), np.nan)
+        res = [{"steps": int(t.steps[s]), "final_train_accuracy": float(last[s]),
+                "final_train_loss": _finite(final_loss[s]), "batch_seconds": round(t.seconds, 3),
+                "batch_members": len(runs), **m}
+               for s, m in enumerate(measured_record(t, ls, samples, eval_seed, record))]
+        if "kernel" in record and t.config.encoding == "rope":
+            for r, k in zip(res, kernel_record(t, ls)):
+                r["kernel"] = k
+        out.append(res)
     return out
 
 
@@ -288,38 +320,41 @@ def run_sweep(grid: Grid, cache: Cache | None = None, workers: int = 0, schedule
     cache = cache if cache is not None else Cache()
     if workers < 0:
         raise ConfigError(f"workers={workers}: use 0 (this process) or a positive number of processes")
-    jobs = []  # (config, seeds still missing)
+    missing = []  # (config, seeds still missing)
     for c, seeds in grid.groups():
-        missing = tuple(s for s in seeds if cache.get(run_key(grid, c, s)) is None)
-        if missing:
-            jobs.append((c, missing))
+        todo = tuple(s for s in seeds if cache.get(run_key(grid, c, s)) is None)
+        if todo:
+            missing.append((c, todo))
+    jobs = batches(missing)
     if threads is None and workers > 0 and scheduler is None:
         threads = 1  # N single-threaded processes, not N processes fighting over every core
-    bar = tqdm(total=sum(len(s) for _, s in jobs), disable=(None if progress is None else not progress),
+    bar = tqdm(total=sum(len(s) for _, s in missing), disable=(None if progress is None else not progress),
                desc=grid.name, unit="run")
 
-    def store(c: Config, seeds: tuple[int, ...], results: list[dict]) -> None:
-        for s, result in zip(seeds, results):
-            cache.put(run_key(grid, c, s), result)
-        bar.update(len(seeds))
+    def store(job: Job, results: list[list[dict]]) -> None:
+        for (c, seeds), per_seed in zip(job, results):
+            for s, result in zip(seeds, per_seed):
+                cache.put(run_key(grid, c, s), result)
+            bar.update(len(seeds))
 
     with ExitStack() as stack:
         stack.callback(bar.close)
         pool = _executor(workers, scheduler, stack)
-        args = [(c, seeds, grid.eval_lengths(c), grid.samples, grid.eval_seed, grid.record, threads) for c, seeds in jobs]
+        args = [(job, [grid.eval_lengths(c) for c, _ in job], grid.samples, grid.eval_seed, grid.record, threads)
+                for job in jobs]
         if pool is None:
             for a in args:
-                store(a[0], a[1], run_group(*a))
+                store(a[0], run_job(*a))
         else:
-            futures = {pool.submit(run_group, *a): a for a in args}
+            futures = {pool.submit(run_job, *a): a for a in args}
             for done in cf.as_completed(futures):
-                store(futures[done][0], futures[done][1], done.result())
+                store(futures[done][0], done.result())
     records = []
     for c, seeds in grid.groups():
         for s in seeds:
             key = run_key(grid, c, s)
             records.append({"config": key["config"], "seed": s, "lengths": key["lengths"], **cache.get(key)})
-    return Sweep(grid, records, sum(len(s) for _, s in jobs))
+    return Sweep(grid, records, sum(len(s) for _, s in missing))
 
 
 def iter_table(sweep: Sweep) -> Iterator[str]:
