@@ -159,3 +159,96 @@ def accuracy_at(evaluation: Evaluation, lengths: Sequence[int]) -> np.ndarray:
     if missing:
         raise ValueError(f"lengths {missing} were not evaluated (evaluated: {evaluation.lengths})")
     return np.stack([evaluation.by_length[L].accuracy for L in lengths])
+
+
+# --- recipes and the extrapolation criterion (chapter 9) ---
+
+RECIPE_FIELDS = ("optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
+# The bar of chapter 9: every seed, on every vocabulary and offset, at least this accuracy at each multiple.
+CRITERION = {4.0: 0.99, 8.0: 0.95}
+
+
+def recipe_of(config: dict) -> tuple:
+    """The training recipe of a sweep record's config, as a hashable tuple of RECIPE_FIELDS values."""
+    return tuple(config[k] for k in RECIPE_FIELDS)
+
+
+def recipe_text(config: dict) -> str:
+    """The recipe of a config dict in words (``Config.recipe``)."""
+    return Config(**config).recipe()
+
+
+def accuracy_at_multiple(record: dict, multiple: float) -> float:
+    """A sweep record's accuracy at ``multiple`` x its training length."""
+    return record["accuracy"][record["lengths"].index(round(multiple * record["config"]["train_length"]))]
+
+
+@dataclass
+class CriterionCheck:
+    """How one recipe fares against CRITERION over every (vocab, offset) setting and seed it was run on."""
+
+    recipe: tuple
+    text: str  # the recipe in words
+    settings: int  # (vocab, offset) settings
+    models: int  # models (settings x seeds)
+    worst: dict[float, float]  # multiple -> the lowest accuracy of any model
+    failing: int  # models below the bar at some multiple
+    slack: float  # min over models and multiples of accuracy - bar: >= 0 means every model passes
+    seconds_per_model: float  # mean training wall time per model (batch time / members of the batch)
+
+    @property
+    def passes(self) -> bool:
+        return self.slack >= 0
+
+
+def check_criterion(records: Sequence[dict], criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
+    """One CriterionCheck per recipe among ``records`` (first-seen order), best slack first."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(recipe_of(r["config"]), []).append(r)
+    out = []
+    for recipe, rs in groups.items():
+        acc = {m: np.array([accuracy_at_multiple(r, m) for r in rs]) for m in criterion}
+        below = np.zeros(len(rs), dtype=bool)
+        for m, bar in criterion.items():
+            below |= acc[m] < bar
+        seconds = [r["batch_seconds"] / r["batch_members"] for r in rs if "batch_seconds" in r]
+        out.append(CriterionCheck(
+            recipe, recipe_text(rs[0]["config"]),
+            len({(r["config"]["vocab"], r["config"]["offset"]) for r in rs}), len(rs),
+            {m: float(a.min()) for m, a in acc.items()}, int(below.sum()),
+            float(min((acc[m] - bar).min() for m, bar in criterion.items())),
+            float(np.mean(seconds)) if seconds else float("nan"),
+        ))
+    return sorted(out, key=lambda c: -c.slack)
+
+
+ROW_FIELDS = ("vocab", "offset", "optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
+
+
+def record_rows(records: Sequence[dict], fields: Sequence[str] = ROW_FIELDS) -> list[dict]:
+    """One flat row per sweep record and evaluation length, across grids: the config ``fields``, seed,
+    multiple (of the training length), accuracy, target_weight, and the kernel margins when recorded."""
+    out = []
+    for r in records:
+        c = r["config"]
+        for i, length in enumerate(r["lengths"]):
+            row = {k: c[k] for k in fields}
+            row.update(seed=r["seed"], multiple=length / c["train_length"], accuracy=r["accuracy"][i],
+                       target_weight=r["target_weight"][i])
+            row.update(r.get("kernel", {}))
+            out.append(row)
+    return out
+
+
+def paired_records(before: Sequence[dict], after: Sequence[dict], multiple: float,
+                   keys: Sequence[str] = ("vocab", "offset")) -> PairedChange:
+    """Accuracy at ``multiple`` changed from ``before`` to ``after`` records, paired by seed and ``keys``
+    (only pairs present in both count)."""
+    index = lambda rs: {(r["seed"],) + tuple(r["config"][k] for k in keys): r for r in rs}  # noqa: E731
+    a, b = index(before), index(after)
+    common = [k for k in a if k in b]
+    if not common:
+        raise ValueError("no records to pair: before and after share no (seed, setting)")
+    return paired_change(np.array([accuracy_at_multiple(a[k], multiple) for k in common]),
+                         np.array([accuracy_at_multiple(b[k], multiple) for k in common]))
