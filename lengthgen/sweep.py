@@ -49,7 +49,8 @@ GRID_KEYS = ("name", "description", "base", "product", "recipes", "variants", "s
 EXTRAS = ("kernel", "argmax", "pinning")
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
 SWEEPS = PACKAGE.parent / "sweeps"  # the grid files of the book's chapters, in a source checkout
-MAX_MEMBERS = 48  # runs per batched ensemble: a step costs about members x one member (benchmarks/)
+MAX_MEMBERS = 24  # runs per batched ensemble: a step costs about members x one member, so smaller ensembles
+# lose little and keep every worker of a pool busy
 
 
 class GridError(ConfigError):
@@ -201,9 +202,11 @@ def measured_record(trained: Trained, lengths: list[int], samples: int, eval_see
 Job = list[tuple[Config, tuple[int, ...]]]  # (config, seeds) pairs trained as one ensemble
 
 
-def batches(groups: Sequence[tuple[Config, tuple[int, ...]]], limit: int = MAX_MEMBERS) -> list[Job]:
-    """Pack (config, seeds) groups into ensembles of at most ``limit`` runs that share shape and step budget
-    (first-seen order). A group larger than ``limit`` is split by seeds."""
+def batches(groups: Sequence[tuple[Config, tuple[int, ...]]], limit: int | None = None) -> list[Job]:
+    """Pack (config, seeds) groups into ensembles of at most ``limit`` (default MAX_MEMBERS) runs that share
+    shape and step budget (first-seen order). A group larger than ``limit`` is split by seeds; a group that
+    does not fit in the current ensemble starts the next one."""
+    limit = MAX_MEMBERS if limit is None else limit
     out: dict[tuple[str, int], list[Job]] = {}
     for c, seeds in groups:
         for i in range(0, len(seeds), limit):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lengthgen import sweep as sweep_mod
@@ -229,3 +230,31 @@ def test_killed_sweep_resumes(tmp_path: Path, monkeypatch) -> None:
     result = run_sweep(g, cache)
     assert len(counting.calls) == (12 - stored) // 2 and result.computed == 12 - stored
     assert len(cache) == 12
+
+
+def test_runs_sharing_shape_and_budget_pack_into_ensembles_of_bounded_size() -> None:
+    base = Config(**TINY)
+    other = base.replace(lr=1e-3, offset=1)
+    groups = [(base, (0,)), (other, (0, 1)), (base.replace(steps=8), (0,)), (base.replace(dim=4), (0,)),
+              (base.replace(weight_decay=0.1), (0, 1, 2, 3))]
+    jobs = sweep_mod.batches(groups, limit=3)
+    assert jobs == [[(base, (0,)), (other, (0, 1))], [(base.replace(weight_decay=0.1), (0, 1, 2))],
+                    [(base.replace(weight_decay=0.1), (3,))], [(base.replace(steps=8), (0,))],
+                    [(base.replace(dim=4), (0,))]]
+
+
+def test_a_packed_sweep_gives_the_numbers_of_runs_trained_alone(tmp_path: Path, monkeypatch) -> None:
+    spec = tiny_grid(product={"offset": [1, 2]}, recipes=[{"lr": 0.01}, {"lr": 0.003, "weight_decay": 0.5}],
+                     variants=[{}], record=["kernel"])
+    g = grid_from_dict(spec)
+    counting = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train_runs", counting)
+    packed = run_sweep(g, Cache(tmp_path / "a"))
+    assert len(counting.calls) == 1 and len(counting.calls[0][1]) == 8  # 2 offsets x 2 recipes x 2 seeds, one ensemble
+    monkeypatch.setattr(sweep_mod, "MAX_MEMBERS", 1)
+    alone = run_sweep(g, Cache(tmp_path / "b"))
+    assert len(counting.calls) == 1 + 8
+    for a, b in zip(science(packed.records), science(alone.records)):
+        assert a["config"] == b["config"] and a["seed"] == b["seed"]
+        assert np.allclose(a["accuracy"], b["accuracy"], atol=1e-6) and a["steps"] == b["steps"]
+        assert np.isclose(a["final_train_loss"], b["final_train_loss"], rtol=1e-4)
