@@ -20,6 +20,7 @@ run: venv
 
 # The browser tests (issue 5) run last, on the book that tests/test_notebooks.py has just built.
 test: venv
+	scripts/install_actionlint.sh
 	$(BIN)/python -m pytest -q tests -m "not browser"
 	scripts/install_chromium.sh
 	LENGTHGEN_BROWSER_TEST=required $(BIN)/python -m pytest -q tests -m browser

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import DECAY_SCOPES, ENCODINGS, OPTIMIZERS, Config, ConfigError, check_length
+from .config import DECAY_SCOPES, ENCODINGS, OPTIMIZERS, Config, ConfigError, check_length, check_memory
 from .evaluate import Evaluation, evaluate
 from .train import train
 
@@ -77,11 +77,12 @@ def config_from_args(a: argparse.Namespace) -> Config:
 
 def eval_lengths_from_args(a: argparse.Namespace, c: Config) -> list[int]:
     if a.eval_lengths is None:
-        return [m * c.train_length for m in HEADLINE_MULTIPLES]
-    try:
-        lengths = [int(x) for x in a.eval_lengths.split(",") if x.strip()]
-    except ValueError:
-        raise ConfigError(f"--eval-lengths {a.eval_lengths!r}: give comma-separated integers, e.g. 32,64,128")
+        lengths = [m * c.train_length for m in HEADLINE_MULTIPLES]
+    else:
+        try:
+            lengths = [int(x) for x in a.eval_lengths.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError(f"--eval-lengths {a.eval_lengths!r}: give comma-separated integers, e.g. 32,64,128")
     if not lengths:
         raise ConfigError("--eval-lengths is empty: give at least one length")
     for length in lengths:
@@ -139,6 +140,11 @@ def settings_from_args(a: argparse.Namespace) -> tuple[Config, list[int], list[i
     lengths = eval_lengths_from_args(a, c)
     if a.seeds < 1:
         raise ConfigError(f"--seeds {a.seeds}: train at least one seed")
+    if a.samples < 1:
+        raise ConfigError(f"--samples {a.samples}: evaluate on at least 1 held-out sequence per length (default 1000)")
+    check_memory(c, a.seeds)  # before anything is allocated: the ensemble is --seeds members wide
+    for length in lengths:
+        check_memory(c, a.seeds, length=length, samples=a.samples)
     return c, list(range(a.seeds)), lengths
 
 
@@ -152,6 +158,8 @@ def cmd_sweep(a: argparse.Namespace) -> None:
     from .cache import Cache
     from .sweep import describe, iter_table, load_grid, run_sweep
 
+    if a.workers < 0:
+        raise ConfigError(f"--workers {a.workers}: use 0 (run in this process) or a number of local processes")
     grid = load_grid(a.grid_file, quick=a.quick)
     result = run_sweep(grid, Cache(a.cache), workers=a.workers, scheduler=a.scheduler, progress=not a.json)
     if a.json:

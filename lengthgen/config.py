@@ -8,8 +8,11 @@ names, and a cache key is the dataclass as JSON.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
+import numbers
+import os
 from dataclasses import dataclass
 
 ENCODINGS = ("rope", "ape", "sinusoidal", "nope", "alibi")
@@ -101,8 +104,39 @@ def field_names() -> list[str]:
     return [f.name for f in dataclasses.fields(Config)]
 
 
+INT_FIELDS = ("vocab", "train_length", "offset", "dim", "layers", "max_length", "steps", "batch", "length_seed")
+BOOL_FIELDS = ("residual", "mlp")
+FLOAT_FIELDS = ("rope_base", "alibi_slope", "init_scale", "lr", "weight_decay", "target_accuracy")
+STR_FIELDS = ("encoding", "optimizer", "decay_scope")
+
+
+def _check_types(c: Config) -> None:
+    """Every field has its type (an int where a tensor shape is made, a finite float for every float)."""
+    for name in INT_FIELDS + ("min_train_length",):
+        value = getattr(c, name)
+        if name == "min_train_length" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ConfigError(f"{name}={value!r}: give a whole number (an int), e.g. {name}={getattr(Config, name)!r}")
+    for name in BOOL_FIELDS:
+        if not isinstance(getattr(c, name), bool):
+            raise ConfigError(f"{name}={getattr(c, name)!r}: give True or False")
+    for name in STR_FIELDS:
+        if not isinstance(getattr(c, name), str):
+            raise ConfigError(f"{name}={getattr(c, name)!r}: give a name (a string)")
+    for name in FLOAT_FIELDS:
+        value = getattr(c, name)
+        if name == "target_accuracy" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise ConfigError(f"{name}={value!r}: give a number, e.g. {name}={getattr(Config, name)!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{name}={value}: give a finite number (not nan or inf), e.g. {name}={getattr(Config, name)!r}")
+
+
 def validate(c: Config) -> None:
     """Raise ConfigError with a fix for the first problem found."""
+    _check_types(c)
     if c.encoding not in ENCODINGS:
         raise ConfigError(f"unknown encoding {c.encoding!r}; use one of {', '.join(ENCODINGS)}")
     if c.optimizer not in OPTIMIZERS:
@@ -134,20 +168,33 @@ def validate(c: Config) -> None:
             f"max_length={c.max_length} is below train_length={c.train_length}: "
             f"the APE table needs a row for every training position"
         )
+    if c.max_length < 1:
+        raise ConfigError(f"max_length={c.max_length}: the APE table needs at least 1 row (default {Config.max_length})")
     if c.steps < 0 or c.batch < 1:
         raise ConfigError(f"steps={c.steps}, batch={c.batch}: use steps >= 0 and batch >= 1")
-    if c.lr <= 0 or c.weight_decay < 0:
-        raise ConfigError(f"lr={c.lr}, weight_decay={c.weight_decay}: use lr > 0, weight_decay >= 0")
+    if c.lr <= 0:
+        raise ConfigError(f"lr={c.lr}: use a positive step size, e.g. lr={Config.lr}")
+    if c.weight_decay < 0:
+        raise ConfigError(f"weight_decay={c.weight_decay}: use weight_decay >= 0 (0: no decay)")
     if c.init_scale <= 0:
         raise ConfigError(f"init_scale={c.init_scale}: use a positive scale (1.0: embedding rows of norm ~1)")
     if c.rope_base <= 1:
         raise ConfigError(f"rope_base={c.rope_base}: use a base above 1 (10000 is standard)")
+    if c.alibi_slope <= 0:
+        raise ConfigError(f"alibi_slope={c.alibi_slope}: use a positive slope (default {Config.alibi_slope}); "
+                          f"for no position bias use encoding='nope'")
     if c.target_accuracy is not None and not 0 < c.target_accuracy <= 1:
         raise ConfigError(f"target_accuracy={c.target_accuracy}: use a value in (0, 1] or None")
+    if c.length_seed < 0:
+        raise ConfigError(f"length_seed={c.length_seed}: use a seed >= 0")
+    check_memory(c)
 
 
-def check_length(c: Config, length: int) -> None:
-    """Raise ConfigError unless the model can be run at sequence length ``length``."""
+def check_length(c: Config, length: int, members: int = 1, samples: int | None = None) -> None:
+    """Raise ConfigError unless the model can be run at sequence length ``length`` (and its tensors for
+    ``members`` ensemble members and ``samples`` held-out sequences fit in memory: ``check_memory``)."""
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral):
+        raise ConfigError(f"length {length!r}: an evaluation length is a whole number (an int)")
     if length < 1:
         raise ConfigError(f"length {length}: an evaluation length must be at least 1")
     if length <= c.offset:
@@ -159,3 +206,149 @@ def check_length(c: Config, length: int) -> None:
             f"length {length} is past the APE table ({c.max_length} rows); "
             f"evaluate at <= {c.max_length} or train with a larger max_length"
         )
+    check_memory(c, members, length=length, samples=EVAL_SAMPLES if samples is None else samples)
+
+
+def check_samples(samples: int) -> None:
+    """Raise ConfigError unless ``samples`` (held-out sequences per evaluation length) is a whole number >= 1."""
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral):
+        raise ConfigError(f"samples={samples!r}: give a whole number of held-out sequences, e.g. 1000")
+    if samples < 1:
+        raise ConfigError(f"samples={samples}: evaluate on at least 1 held-out sequence (e.g. 1000)")
+
+
+# Memory: an estimate of the largest tensors a run allocates, checked before anything is allocated.
+FLOAT_BYTES, INDEX_BYTES = 4, 8  # float32 parameters and activations, int64 tokens and indices
+EVAL_SAMPLES = 1000  # held-out sequences per evaluation length (evaluate.EVAL_SAMPLES)
+EVAL_CHUNK = 2**25  # largest activation per evaluation chunk, in elements (evaluate.forward_chunks' budget)
+MEMORY_FRACTION = 0.8  # a run may use this share of the machine's memory
+MEMORY_ENV = "LENGTHGEN_MEMORY_LIMIT"  # bytes (e.g. 8e9, or 8G / 512M): overrides the limit
+
+
+@functools.lru_cache(maxsize=1)
+def physical_memory() -> int | None:
+    """Bytes of memory this process can use: the machine's RAM, or a smaller cgroup (container) limit."""
+    sizes = []
+    try:
+        sizes.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = open(path).read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:
+            sizes.append(int(text))
+    return min(sizes) if sizes else None
+
+
+def parse_bytes(text: str) -> int:
+    """'8e9', '8G', '512M', '64K' -> bytes."""
+    text = text.strip().upper().removesuffix("B")
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}.get(text[-1:], 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise ConfigError(f"{MEMORY_ENV}={text!r}: give bytes, e.g. 8e9 or 8G") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{MEMORY_ENV}={text!r}: give a positive number of bytes, e.g. 8G")
+    return int(value)
+
+
+def memory_limit() -> int | None:
+    """The most bytes a run may need: $LENGTHGEN_MEMORY_LIMIT, else MEMORY_FRACTION of physical_memory()
+    (None when neither is known: no check)."""
+    if os.environ.get(MEMORY_ENV):
+        return parse_bytes(os.environ[MEMORY_ENV])
+    total = physical_memory()
+    return None if total is None else int(MEMORY_FRACTION * total)
+
+
+def memory_terms(c: Config, members: int = 1, length: int | None = None,
+                 samples: int = EVAL_SAMPLES) -> dict[str, tuple[int, tuple[str, ...]]]:
+    """The largest allocations of a run, as {what: (bytes, the settings that make it large)}.
+
+    ``length=None``: training ``members`` ensemble members at the training length (parameters with their
+    gradients and Adam moments, activations kept for the backward pass). ``length=L``: evaluating them at
+    length L on ``samples`` held-out sequences (no gradients; sequences in chunks like
+    ``evaluate.forward_chunks``). A one-layer model runs on vocabulary tables (``Model.forward_tables``):
+    a (S, V, V, L) logit table and (S, V, L, d) keys; deeper models run on (S, B, L, d) activations and
+    (S, B, L, L) attention in every layer below the last. Rough (a small multiple of the largest tensors),
+    meant to catch sizes that cannot fit, not to budget exactly.
+    """
+    S, V, d, n = int(members), int(c.vocab), int(c.dim), int(c.layers)
+    F, I = FLOAT_BYTES, INDEX_BYTES
+    training = length is None
+    L = c.train_length if training else int(length)
+    copies = 4 if training else 1  # a parameter, its gradient and Adam's two moments
+    matrices = n * d * d * (4 + (8 if c.mlp else 0))
+    terms = {
+        "token tables (vocab x dim)": (S * 2 * V * d * F * copies, ("vocab", "dim")),
+        "attention matrices (layers x dim x dim)": (S * matrices * F * copies, ("dim", "layers")),
+    }
+    if c.encoding == "ape":
+        terms["APE table (max_length x dim)"] = (S * c.max_length * d * F * copies, ("max_length", "dim"))
+    if training:
+        batch, f_act = c.batch, 2  # forward value and gradient
+    else:
+        per_sequence = S * L if n == 1 else S * L * d
+        batch, f_act = min(int(samples), max(1, EVAL_CHUNK // per_sequence)), 1
+        terms["held-out tokens (samples x length)"] = (int(samples) * L * I, ("samples", "the evaluation length"))
+    what = "train_length" if training else "the evaluation length"
+    rows = "batch" if training else "samples"
+    if n == 1:
+        terms["logit table (vocab x vocab x length)"] = (S * V * V * L * F * (f_act + 1), ("vocab", what))
+        terms["keys (vocab x length x dim)"] = (S * V * L * d * F * 2 * (f_act + 1), ("vocab", "dim", what))
+        terms["attention (batch x length)"] = (S * batch * L * (2 * I + F * 2 * f_act), (rows, what))
+    else:
+        mlp = 4 if c.mlp else 0
+        terms["activations (batch x length x dim)"] = (
+            S * batch * L * d * F * n * (4 + mlp) * f_act, (rows, "dim", "layers", what))
+        # every layer below the last: scores, masked scores and softmax (and in training their gradients)
+        terms["attention (batch x length x length)"] = (
+            S * batch * L * L * F * (n - 1) * (4 if training else 3), (rows, "layers", what))
+    if S > 1:
+        terms = {k: (b, (*names, "the number of seeds")) for k, (b, names) in terms.items()}
+    return terms
+
+
+def estimate_bytes(c: Config, members: int = 1, length: int | None = None, samples: int = EVAL_SAMPLES) -> int:
+    """Rough peak bytes of training ``members`` members of ``c`` (``length=None``) or of evaluating them
+    at ``length`` on ``samples`` sequences (see ``memory_terms``)."""
+    return sum(b for b, _ in memory_terms(c, members, length, samples).values())
+
+
+def format_bytes(n: float) -> str:
+    """Bytes in decimal units: 1.06 MB, 20.2 GB."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB"):
+        if n < 1000 or unit == "ZB":
+            return f"{int(n)} B" if unit == "B" else f"{n:.3g} {unit}"
+        n /= 1000
+    return f"{n:.3g} ZB"
+
+
+def check_memory(c: Config, members: int = 1, length: int | None = None, samples: int = EVAL_SAMPLES,
+                 limit: int | None = None) -> None:
+    """Raise ConfigError (one line: the size, the limit, the largest tensor and what to lower) when
+    ``estimate_bytes`` exceeds ``limit`` (default ``memory_limit()``). Call it before allocating."""
+    limit = memory_limit() if limit is None else limit
+    if limit is None:
+        return
+    terms = memory_terms(c, members, length, samples)
+    total = sum(b for b, _ in terms.values())
+    if total <= limit:
+        return
+    what, (biggest, names) = max(terms.items(), key=lambda kv: kv[1][0])
+    lower = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    if length is None:
+        run = f"training {members} member(s) with vocab={c.vocab}, dim={c.dim}, layers={c.layers}, " \
+              f"train_length={c.train_length}, batch={c.batch}"
+    else:
+        run = f"evaluating {members} member(s) with vocab={c.vocab}, dim={c.dim}, layers={c.layers} " \
+              f"at length {length} on {samples} samples"
+    raise ConfigError(
+        f"{run} needs about {format_bytes(total)}, over the memory limit {format_bytes(limit)} "
+        f"(${MEMORY_ENV} sets it); the largest part is the {what}, {format_bytes(biggest)}: lower {lower}"
+    )

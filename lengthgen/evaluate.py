@@ -8,7 +8,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .config import check_length
+from .config import check_length, check_samples
 from .model import Model, Output
 from .task import eval_tokens, targets
 from .train import Trained, cpu_threads
@@ -92,7 +92,8 @@ def attention_sums(trained: Trained, length: int, samples: int = EVAL_SAMPLES, s
     """One pass of ``samples`` held-out sequences of ``length``: predictions and every layer's last-query
     attention, summed. ``watch``: a 0-indexed position whose weight and token are also tallied."""
     c, model = trained.config, trained.model
-    check_length(c, length)
+    check_samples(samples)
+    check_length(c, length, members=model.members, samples=samples)
     tokens = eval_tokens(c, length, samples, seed)
     S, n = model.members, len(model.layers)
     sums = AttentionSums(samples, torch.zeros(S), torch.zeros(n, S, length), torch.zeros(n, S),

@@ -355,3 +355,25 @@ def anchors(url: str) -> frozenset[str]:
     """The ids and names an HTML page defines (the targets of #fragment links)."""
     with urllib.request.urlopen(url, timeout=10) as r:
         return frozenset(re.findall(r'\b(?:id|name)="([^"]+)"', r.read().decode("utf-8", "replace")))
+
+
+def launch_problems(page: Page, expected: Mapping[str, str], menu: str = ".dropdown-launch-buttons") -> list[str]:
+    """The page's launch menu (sphinx-book-theme's rocket button, ``menu``) opens on a click and shows a
+    link for each ``label -> URL`` of ``expected`` (e.g. Colab, Binder). Closes the menu again."""
+    if page.locator(menu).count() == 0:
+        return [f"no launch menu ({menu}): expected {', '.join(expected)} buttons"]
+    problems = []
+    try:
+        page.locator(f"{menu} button").first.click(timeout=3000)
+    except PlaywrightTimeout:
+        problems.append("the launch menu button cannot be clicked")
+    for label, url in expected.items():
+        link = page.locator(f'{menu} a[href="{url}"]')
+        if link.count() == 0:
+            others = page.eval_on_selector_all(f"{menu} a[href]", "els => els.map(e => e.getAttribute('href'))")
+            problems.append(f"no {label} button linking to {url} (the menu links to {others})")
+        elif not _wait(page, "a => a.offsetParent !== null && a.getBoundingClientRect().height > 0",
+                       link.first.element_handle(), timeout_ms=3000):
+            problems.append(f"the {label} button is not visible after opening the launch menu")
+    page.keyboard.press("Escape")
+    return problems

@@ -27,8 +27,8 @@ import pytest
 from playwright.sync_api import BrowserContext
 
 from browser_util import (
-    CHROMIUM, Visit, chromium, console_problems, figure_problems, link_problems, math_problems, open_page,
-    outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
+    CHROMIUM, Visit, chromium, console_problems, figure_problems, launch_problems, link_problems, math_problems,
+    open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
 )
 from lengthgen import book, plots
 
@@ -45,6 +45,21 @@ ALLOWED_ERRORS = {
     r"console error: Got invalid theme mode: \. Resetting to auto":
         "pydata-sphinx-theme on a fresh profile (no saved light/dark mode): it falls back to auto",
 }
+
+
+def launch_urls(name: str) -> dict[str, str]:
+    """The Colab and Binder links a chapter's launch menu should hold, from _config.yml (repository, launch_buttons)."""
+    import yaml
+
+    config = yaml.safe_load((book.ROOT / "_config.yml").read_text())
+    repo, buttons = config["repository"], config["launch_buttons"]
+    owner_repo = repo["url"].removeprefix("https://github.com/").strip("/")
+    path = f"{repo.get('path_to_book', '') or ''}{name}.ipynb".lstrip("/")
+    tree = "lab/tree" if buttons.get("notebook_interface") == "jupyterlab" else "tree"
+    return {
+        "Colab": f"{buttons['colab_url']}/github/{owner_repo}/blob/{repo['branch']}/{path}",
+        "Binder": f"{buttons['binderhub_url']}/v2/gh/{owner_repo}/{repo['branch']}?urlpath={tree}/{path}",
+    }
 
 
 def unavailable(reason: str) -> None:
@@ -106,6 +121,7 @@ def test_book_page(site: str, context: BrowserContext, name: str, capsys: pytest
         if (book.ROOT / f"{name}.ipynb").exists():
             download = visit.page.locator(f'a[href$="_sources/{name}.ipynb"]').count()
             problems["downloads"] = [] if download else ["no .ipynb download button"]
+            problems["launch buttons"] = launch_problems(visit.page, launch_urls(name))
     finally:
         visit.page.close()
     found = [f"{kind}: {p}" for kind, ps in problems.items() for p in ps]
@@ -211,3 +227,41 @@ def test_checkers_catch_a_broken_page(checked: Callable[[str], Checked], name: s
 def test_plotly_loaded_twice_is_counted(checked: Callable[[str], Checked]) -> None:
     visit, _ = checked("plotly_twice")
     assert plotly_loads(visit) == 2
+
+
+# The launch menu as sphinx-book-theme writes it (a button that opens a dropdown of links), in three states.
+LAUNCH_MENU = """<style>.dropdown-menu {{display: none}} .dropdown-menu.show {{display: block}}</style>
+<div class="dropdown dropdown-launch-buttons"><button onclick="{toggle}">launch</button>
+<ul class="dropdown-menu">{links}</ul></div>"""
+OPEN = "this.nextElementSibling.classList.toggle('show')"
+LAUNCH = {"Colab": "https://colab.example/github/o/r/blob/main/book/x.ipynb",
+          "Binder": "https://binder.example/v2/gh/o/r/main?urlpath=lab/tree/book/x.ipynb"}
+LINKS = "".join(f'<li><a href="{url}">{label}</a></li>' for label, url in LAUNCH.items())
+LAUNCH_PAGES = {
+    "launch_ok": LAUNCH_MENU.format(toggle=OPEN, links=LINKS),
+    "launch_no_colab": LAUNCH_MENU.format(toggle=OPEN, links=LINKS.split("</li>")[1] + "</li>"),
+    "launch_never_opens": LAUNCH_MENU.format(toggle="", links=LINKS),
+    "launch_none": "<p>no menu</p>",
+}
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("launch_ok", None),
+    ("launch_no_colab", "no Colab button"),
+    ("launch_never_opens", "not visible after opening"),
+    ("launch_none", "no launch menu"),
+])
+def test_launch_check_catches_missing_buttons(context: BrowserContext, tmp_path: Path, name: str,
+                                             expected: str | None) -> None:
+    (tmp_path / "page.html").write_text(f"<!doctype html><html><body>{LAUNCH_PAGES[name]}</body></html>")
+    with serve(tmp_path) as base:
+        page = context.new_page()
+        try:
+            page.goto(f"{base}page.html")
+            problems = launch_problems(page, LAUNCH)
+        finally:
+            page.close()
+    if expected is None:
+        assert problems == []
+    else:
+        assert any(expected in p for p in problems), problems

@@ -46,8 +46,9 @@ def test_source_notebook_has_no_outputs(path: Path) -> None:
 
 @pytest.mark.parametrize("path", SOURCES, ids=[p.stem for p in SOURCES])
 def test_first_code_cell_holds_the_parameters(path: Path) -> None:
+    """The first code cell after the install cell (tests/test_launch.py, scripts/add_install_cell.py)."""
     nb = nbformat.read(path, as_version=4)
-    first = next(c for c in nb.cells if c.cell_type == "code")
+    first = next(c for c in nb.cells if c.cell_type == "code" and "install" not in c.metadata.get("tags", []))
     assert "parameters" in first.metadata.get("tags", []), f"{rel(path)}: tag the first code cell 'parameters'"
     assert "QUICK = False" in first.source, f"{rel(path)}: the parameters cell must default to QUICK = False (the full book)"
 
