@@ -201,11 +201,15 @@ class CriterionCheck:
         return self.slack >= 0
 
 
+MODEL_FIELDS = ("rope_base",)  # model settings that a criterion check keeps apart, next to the recipe
+
+
 def check_criterion(records: Sequence[dict], criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
-    """One CriterionCheck per recipe among ``records`` (first-seen order), best slack first."""
+    """One CriterionCheck per recipe (and MODEL_FIELDS value) among ``records``, best slack first."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault(recipe_of(r["config"]), []).append(r)
+        key = recipe_of(r["config"]) + tuple(r["config"][k] for k in MODEL_FIELDS)
+        groups.setdefault(key, []).append(r)
     out = []
     for recipe, rs in groups.items():
         acc = {m: np.array([accuracy_at_multiple(r, m) for r in rs]) for m in criterion}
@@ -213,8 +217,10 @@ def check_criterion(records: Sequence[dict], criterion: dict[float, float] = CRI
         for m, bar in criterion.items():
             below |= acc[m] < bar
         seconds = [r["batch_seconds"] / r["batch_members"] for r in rs if "batch_seconds" in r]
+        base = rs[0]["config"]["rope_base"]
+        text = recipe_text(rs[0]["config"]) + ("" if base == Config().rope_base else f"; RoPE base {base:g}")
         out.append(CriterionCheck(
-            recipe, recipe_text(rs[0]["config"]),
+            recipe, text,
             len({(r["config"]["vocab"], r["config"]["offset"]) for r in rs}), len(rs),
             {m: float(a.min()) for m, a in acc.items()}, int(below.sum()),
             float(min((acc[m] - bar).min() for m, bar in criterion.items())),
