@@ -2,8 +2,11 @@
 
 ``FIRST_FIT`` is the fast recipe the early chapters were written with (the Config defaults): Adam at a
 large step, stopped at the first 99.5% training accuracy. ``SMALL_STEPS`` is the regime the implicit-bias
-account is about: a smaller step and a fixed budget, with no early stop, so that training goes on past
-the first fit (chapter 9 measures how it was chosen and what it changes).
+account is about: a thirty times smaller step and a fixed budget (lr x steps = 2) with no early stop, so that
+training goes on well past the first fit. Chapter 9 measures the choice: of the Adam recipes run on every offset
+and both vocabularies it came closest to keeping every seed above 0.99 at 4x and 0.95 at 8x (lr 1e-4, run on
+V = 16 only, does a little better at three times the cost), and the chapter checks on every build whether this
+recipe is still the closest.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from .config import Config
 
 FIRST_FIT = {"optimizer": "adam", "lr": 1e-2, "steps": 400, "target_accuracy": 0.995, "weight_decay": 0.0}
-SMALL_STEPS = {"optimizer": "adam", "lr": 1e-3, "steps": 8000, "target_accuracy": None, "weight_decay": 0.0}
+SMALL_STEPS = {"optimizer": "adam", "lr": 3e-4, "steps": 6667, "target_accuracy": None, "weight_decay": 0.0}
 RECIPES = {"first fit": FIRST_FIT, "small steps": SMALL_STEPS}
 
 
