@@ -48,7 +48,8 @@ from .train import Trained, shape_key, train_runs
 GRID_KEYS = ("name", "description", "base", "product", "recipes", "variants", "seeds", "eval", "record", "quick")
 EXTRAS = ("kernel", "argmax", "pinning")
 DEFAULT_MULTIPLES = (1, 2, 4, 8, 16)
-SWEEPS = PACKAGE.parent / "sweeps"  # the grid files of the book's chapters, in a source checkout
+# The grid files of the book's chapters: sweeps/ in a source checkout, lengthgen/sweeps/ in an installed package.
+SWEEPS = PACKAGE.parent / "sweeps" if (PACKAGE.parent / "sweeps").is_dir() else PACKAGE / "sweeps"
 MAX_MEMBERS = 24  # runs per batched ensemble: a step costs about members x one member, so smaller ensembles
 # lose little and keep every worker of a pool busy
 

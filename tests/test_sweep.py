@@ -258,3 +258,24 @@ def test_a_packed_sweep_gives_the_numbers_of_runs_trained_alone(tmp_path: Path, 
         assert a["config"] == b["config"] and a["seed"] == b["seed"]
         assert np.allclose(a["accuracy"], b["accuracy"], atol=1e-6) and a["steps"] == b["steps"]
         assert np.isclose(a["final_train_loss"], b["final_train_loss"], rtol=1e-4)
+
+
+@pytest.mark.fresh_venv
+def test_an_installed_package_carries_the_grid_files(tmp_path: Path) -> None:
+    """A pip-installed package (no checkout, e.g. Colab) finds every grid of sweeps/ by name."""
+    import subprocess
+    import sys
+
+    root = Path(sweep_mod.__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(root),
+                    "-w", str(tmp_path / "wheel")], check=True, cwd=tmp_path)
+    wheel = next((tmp_path / "wheel").glob("lengthgen-*.whl"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(tmp_path / "site"),
+                    str(wheel)], check=True)
+    names = sorted(p.stem for p in (root / "sweeps").glob("*.json"))
+    code = ("import lengthgen.sweep as s, sys; assert 'site' in str(s.SWEEPS), s.SWEEPS; "
+            f"print(sorted(s.load_grid(n).name for n in {names!r}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(names)
