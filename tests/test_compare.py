@@ -128,3 +128,45 @@ def test_spread_and_md_table() -> None:
     assert table.data == "| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |"
     with pytest.raises(ValueError, match="rows \\[1\\]"):
         md_table(["a", "b"], [["1", "2"], ["3"]])
+
+
+# --- recipes and the chapter 9 criterion ---
+
+
+def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
+    c = {**Config().to_dict(), "target_accuracy": None, **config}
+    T = c["train_length"]
+    return {"config": c, "seed": seed, "lengths": [T, 4 * T, 8 * T], "accuracy": [1.0, acc4, acc8],
+            "target_weight": [0.9, 0.5, 0.3], "batch_seconds": 2.0, "batch_members": 4}
+
+
+def test_check_criterion_finds_the_recipes_that_pass_and_ranks_by_slack() -> None:
+    good = [_record(s, 0.995, 0.97, lr=3e-4, vocab=V) for s in range(2) for V in (16, 64)]
+    close = [_record(0, 0.995, 0.97, lr=1e-3), _record(1, 0.985, 0.99, lr=1e-3)]  # one model 0.005 short at 4x
+    bad = [_record(0, 0.5, 0.3, lr=1e-2)]
+    checks = compare.check_criterion(bad + close + good)
+    assert [c.recipe[1] for c in checks] == [3e-4, 1e-3, 1e-2]
+    assert checks[0].passes and checks[0].settings == 2 and checks[0].models == 4
+    assert not checks[1].passes and checks[1].failing == 1 and np.isclose(checks[1].slack, -0.005)
+    assert checks[1].worst == {4.0: 0.985, 8.0: 0.97} and np.isclose(checks[0].seconds_per_model, 0.5)
+
+
+def test_check_criterion_keeps_a_different_rope_base_apart() -> None:
+    checks = compare.check_criterion([_record(0, 1.0, 1.0), _record(0, 0.2, 0.2, rope_base=100.0)])
+    assert len(checks) == 2 and "RoPE base 100" in checks[1].text and "RoPE base" not in checks[0].text
+
+
+def test_paired_records_pairs_by_seed_and_setting() -> None:
+    before = [_record(s, 0.5, 0.4, offset=K) for s in range(3) for K in (1, 2)]
+    after = [_record(s, 0.7, 0.4 + 0.1 * s, offset=K, lr=1e-3) for s in range(3) for K in (1, 2)]
+    at4, at8 = compare.paired_records(before, after, 4), compare.paired_records(before, after, 8)
+    assert np.isclose(at4.mean, 0.2) and at4.up == 6 and at4.verdict == "up"
+    assert np.isclose(at8.mean, 0.1) and at8.up == 4 and at8.down == 0
+    with pytest.raises(ValueError, match="no records to pair"):
+        compare.paired_records(before, [_record(9, 0.5, 0.5)], 4)
+
+
+def test_record_rows_flatten_across_grids() -> None:
+    rows = compare.record_rows([_record(0, 0.9, 0.8, lr=1e-3)])
+    assert [r["multiple"] for r in rows] == [1.0, 4.0, 8.0] and rows[1]["accuracy"] == 0.9
+    assert rows[0]["lr"] == 1e-3 and rows[0]["optimizer"] == "adam"
