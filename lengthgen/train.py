@@ -13,6 +13,7 @@ descent (p <- p - lr (g + wd p), no momentum), each a handful of fused ``torch._
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from .config import Config, ConfigError
-from .model import Model
+from .model import Model, TableStep
 from .task import TrainStream
 
 
@@ -130,6 +131,48 @@ class EnsembleOptimizer:
         torch._foreach_sub_(self.params, update)
 
 
+class FlatOptimizer:
+    """EnsembleOptimizer's arithmetic on one (S, P) buffer holding every parameter of S members, all of
+    them active (the table path's trainer drops a member from the buffer when it stops): a dozen
+    operations a step whatever the number of parameters. ``t`` counts the steps every member has taken.
+
+    ``lr``: S step sizes; ``decay``: (S, P) weight decay per entry, or None.
+    """
+
+    def __init__(self, kind: str, params: torch.Tensor, lr: Sequence[float], decay: torch.Tensor | None,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):
+        self.kind, self.params, self.decay, self.betas, self.eps = kind, params, decay, betas, eps
+        self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
+        self.t = 0
+        if kind == "adam":
+            self.m, self.v = torch.zeros_like(params), torch.zeros_like(params)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep only the members at ``rows`` (indices into the current buffer), in that order."""
+        self.params = self.params.index_select(0, rows)
+        self.lr = self.lr.index_select(0, rows)
+        if self.decay is not None:
+            self.decay = self.decay.index_select(0, rows)
+        if self.kind == "adam":
+            self.m, self.v = self.m.index_select(0, rows), self.v.index_select(0, rows)
+
+    @torch.no_grad()
+    def step(self, grad: torch.Tensor) -> None:
+        """One update of every member from ``grad`` (S, P), which it may overwrite."""
+        self.t += 1
+        if self.kind == "adam":
+            b1, b2 = self.betas
+            self.m.lerp_(grad, 1 - b1)
+            self.v.lerp_(grad.mul_(grad), 1 - b2)
+            update = self.v.sqrt().div_(math.sqrt(1 - b2**self.t)).add_(self.eps)
+            torch.div(self.m, update, out=update).div_(1 - b1**self.t)
+        else:
+            update = grad
+        if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
+            update.addcmul_(self.params, self.decay)
+        self.params.sub_(update.mul_(self.lr))
+
+
 @dataclass
 class Trained:
     """A trained ensemble (one config, one member per seed) and how it got there."""
@@ -153,15 +196,18 @@ def train(
     device: torch.device | str | None = None,
     progress: bool | None = None,
     on_step: Callable[[int, np.ndarray], None] | None = None,
+    on_checkpoint: Callable[[int, Model], bool | None] | None = None,
+    checkpoint_every: int = 0,
 ) -> Trained:
     """Train one model per seed, batched as an ensemble. Same config and seeds: same numbers on the CPU.
 
     ``progress``: a tqdm bar (None shows it only on an interactive terminal or notebook).
     ``on_step(step, accuracy_per_member)`` is called after every step (e.g. a widget's progress bar).
+    ``on_checkpoint(steps_done, model)``, every ``checkpoint_every`` steps: see ``train_runs``.
     """
     if len(seeds) == 0:
         raise ValueError("give at least one seed")
-    return train_runs([(c, s) for s in seeds], device, progress, on_step)[0]
+    return train_runs([(c, s) for s in seeds], device, progress, on_step, on_checkpoint, checkpoint_every)[0]
 
 
 def train_runs(
@@ -169,65 +215,42 @@ def train_runs(
     device: torch.device | str | None = None,
     progress: bool | None = None,
     on_step: Callable[[int, np.ndarray], None] | None = None,
+    on_checkpoint: Callable[[int, Model], bool | None] | None = None,
+    checkpoint_every: int = 0,
 ) -> list[Trained]:
     """Train every (config, seed) of ``runs`` as one batched ensemble; one Trained per distinct config
     (first-seen order), holding that config's seeds in the order given.
 
     The configs must agree on every setting outside MEMBER_FIELDS. Each member trains exactly as it
-    would alone (same data, same updates, same stop).
+    would alone (same data, same updates, same stop). A one-layer model trains on the table path with
+    its hand-written backward (``model.TableStep``), its parameters and Adam moments in one buffer
+    from which a member drops out when it stops (so a stopped member costs nothing); deeper models
+    train through autograd.
+
+    ``on_checkpoint(steps_done, model)`` is called every ``checkpoint_every`` steps with the ensemble's
+    current parameters in ``model`` (stopped members at their final values); when it returns True,
+    training ends there for every member (each Trained's ``steps`` then says where).
     """
     if not runs:
         raise ValueError("give at least one (config, seed) run")
     configs, seeds = [c for c, _ in runs], [int(s) for _, s in runs]
     if len({shape_key(c) for c in configs}) > 1:
         raise ConfigError(f"runs of one ensemble may differ only in {', '.join(MEMBER_FIELDS)}; group them by the rest")
+    if checkpoint_every < 0 or (on_checkpoint is not None and checkpoint_every < 1):
+        raise ValueError(f"checkpoint_every={checkpoint_every}: give the steps between checkpoints (>= 1)")
     device = torch.device(device) if device is not None else default_device()
     start = time.perf_counter()
     c0 = configs[0]
     model = Model(c0, seeds).to(device)
     stream = TrainStream(c0, seeds)
-    opt = EnsembleOptimizer(list(model.named_parameters()), configs)
-    S = len(runs)
-    budget = np.array([c.steps for c in configs])
-    stop_at = torch.tensor([np.nan if c.target_accuracy is None else c.target_accuracy for c in configs], device=device)
-    offsets = torch.tensor([c.offset for c in configs], device=device)
-    early = bool((~torch.isnan(stop_at)).any())
-    active = torch.ones(S, dtype=torch.bool, device=device)
-    steps = budget.copy()
-    losses, accs = [], []
-    bar = tqdm(range(int(budget.max())), disable=(None if progress is None else not progress), leave=False,
-               desc=c0.encoding)
+    bar = tqdm(disable=(None if progress is None else not progress), leave=False, desc=c0.encoding,
+               total=max(c.steps for c in configs))
+    loop = _train_tables if model.uses_tables() else _train_autograd
     with cpu_threads(device, TRAIN_THREADS):
-        for step in bar:
-            active &= torch.as_tensor(step < budget, device=device)
-            if not active.any():
-                break
-            tokens = stream.next().to(device)  # (S, B, L)
-            L = tokens.shape[-1]
-            y = tokens.gather(-1, (L - 1 - offsets).view(S, 1, 1).expand(S, tokens.shape[1], 1))[..., 0]  # (S, B)
-            logits = model(tokens).logits
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
-            loss = loss.view(y.shape).mean(1)  # (S,)
-            model.zero_grad(set_to_none=False)
-            loss.sum().backward()  # members do not interact: each gets its own mean-loss gradient
-            opt.step(active)
-            acc = (logits.argmax(-1) == y).float().mean(1)
-            losses.append(loss.detach())
-            accs.append(acc)
-            if early and len(accs) >= STOP_WINDOW:
-                recent = torch.stack(accs[-STOP_WINDOW:]).mean(0)  # a lucky batch alone does not stop
-                reached = active & (recent >= stop_at)  # NaN (no early stop) never compares true
-                if reached.any():
-                    steps[reached.cpu().numpy()] = step + 1
-                    active &= ~reached
-            if on_step is not None:
-                on_step(step, acc.cpu().numpy())
-            if not active.any():
-                break
+        loss_hist, acc_hist, steps = loop(model, stream, configs, device, bar, on_step, on_checkpoint,
+                                          checkpoint_every)
     bar.close()
     seconds = time.perf_counter() - start
-    acc_hist = torch.stack(accs).cpu().numpy() if accs else np.zeros((0, S))
-    loss_hist = torch.stack(losses).cpu().numpy() if losses else np.zeros((0, S))
     members: dict[Config, list[int]] = {}
     for i, c in enumerate(configs):
         members.setdefault(c, []).append(i)
@@ -235,3 +258,157 @@ def train_runs(
         return [Trained(model, c0, seeds, loss_hist, acc_hist, steps, seconds)]
     return [Trained(model.subset(idx, c), c, [seeds[i] for i in idx], loss_hist[:, idx], acc_hist[:, idx],
                     steps[idx], seconds) for c, idx in members.items()]
+
+
+def _train_autograd(model: Model, stream: TrainStream, configs: Sequence[Config], device: torch.device, bar: tqdm,
+                    on_step: Callable | None, on_checkpoint: Callable | None, every: int,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The general loop: autograd, EnsembleOptimizer, stopped members computed but frozen."""
+    S = len(configs)
+    opt = EnsembleOptimizer(list(model.named_parameters()), configs)
+    budget = np.array([c.steps for c in configs])
+    stop_at = torch.tensor([np.nan if c.target_accuracy is None else c.target_accuracy for c in configs], device=device)
+    offsets = torch.tensor([c.offset for c in configs], device=device)
+    early = bool((~torch.isnan(stop_at)).any())
+    active = torch.ones(S, dtype=torch.bool, device=device)
+    steps = budget.copy()
+    losses, accs = [], []
+    for step in range(int(budget.max())):
+        active &= torch.as_tensor(step < budget, device=device)
+        if not active.any():
+            break
+        tokens = stream.next().to(device)  # (S, B, L)
+        L = tokens.shape[-1]
+        y = tokens.gather(-1, (L - 1 - offsets).view(S, 1, 1).expand(S, tokens.shape[1], 1))[..., 0]  # (S, B)
+        logits = model(tokens).logits
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+        loss = loss.view(y.shape).mean(1)  # (S,)
+        model.zero_grad(set_to_none=False)
+        loss.sum().backward()  # members do not interact: each gets its own mean-loss gradient
+        opt.step(active)
+        acc = (logits.argmax(-1) == y).float().mean(1)
+        losses.append(loss.detach())
+        accs.append(acc)
+        bar.update()
+        if early and len(accs) >= STOP_WINDOW:
+            recent = torch.stack(accs[-STOP_WINDOW:]).mean(0)  # a lucky batch alone does not stop
+            reached = active & (recent >= stop_at)  # NaN (no early stop) never compares true
+            if reached.any():
+                steps[reached.cpu().numpy()] = step + 1
+                active &= ~reached
+        if on_step is not None:
+            on_step(step, acc.cpu().numpy())
+        if on_checkpoint is not None and (step + 1) % every == 0 and on_checkpoint(step + 1, model):
+            still = active.cpu().numpy()
+            steps[still] = step + 1
+            break
+        if not active.any():
+            break
+    acc_hist = torch.stack(accs).cpu().numpy() if accs else np.zeros((0, S))
+    loss_hist = torch.stack(losses).cpu().numpy() if losses else np.zeros((0, S))
+    return loss_hist, acc_hist, steps
+
+
+def _train_tables(model: Model, stream: TrainStream, configs: Sequence[Config], device: torch.device, bar: tqdm,
+                  on_step: Callable | None, on_checkpoint: Callable | None, every: int,
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one-layer loop: ``TableStep`` (hand-written gradients) and ``FlatOptimizer`` on one (S, P)
+    buffer; a member that stops is written to the model and leaves the buffer.
+
+    Rows of the APE table past the training length never get a gradient, so without weight decay on
+    them they stay out of the buffer (Adam leaves such rows exactly unchanged). A stopped member's loss
+    and accuracy history repeat its last step (trained alone, its history ends there).
+    """
+    S, c0 = len(configs), configs[0]
+    table_decay = any(c.weight_decay > 0 and c.decay_scope == "all" for c in configs)
+    ts = TableStep(c0, model.encoding, table_rows=None if table_decay else c0.train_length)
+    buf = ts.pack(model)
+    decay = None
+    if any(c.weight_decay > 0 for c in configs):
+        decay = torch.zeros_like(buf)
+        for name, view in ts.views(decay).items():
+            for s, c in enumerate(configs):
+                view[s] = c.weight_decay if (name not in TABLES or c.decay_scope == "all") else 0.0
+    budget = np.array([c.steps for c in configs])
+    steps = budget.copy()
+    ids = np.flatnonzero(budget > 0)  # the members still training, in buffer order
+    opt = FlatOptimizer(c0.optimizer, buf, [c.lr for c in configs], decay)
+    opt.keep(torch.as_tensor(ids, device=device))
+    stop_at = torch.tensor([np.nan if c.target_accuracy is None else c.target_accuracy for c in configs],
+                           dtype=torch.float32, device=device)
+    early = bool((~torch.isnan(stop_at)).any())
+    offsets = np.array([c.offset for c in configs])
+    n_steps = int(budget.max())
+    loss_hist = np.full((n_steps, S), np.nan, dtype=np.float32)
+    acc_hist = np.full((n_steps, S), np.nan, dtype=np.float32)
+    segment: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-likelihood, correct) since ids last changed
+    seg_start, window, ran = 0, [], 0
+    last_acc = np.full(S, np.nan, dtype=np.float32)
+    B, V = c0.batch, c0.vocab
+    here = lambda i: torch.as_tensor(i, device=device)  # noqa: E731
+
+    def flush(upto: int) -> None:  # the segment's history into the arrays
+        nonlocal segment, seg_start
+        if segment:
+            loss_hist[seg_start:upto, ids] = -torch.stack([a for a, _ in segment]).cpu().numpy()
+            acc_hist[seg_start:upto, ids] = torch.stack([b for _, b in segment]).cpu().numpy() / np.float32(B)
+        segment, seg_start = [], upto
+
+    def drop(leaving: np.ndarray) -> None:  # write the leaving members to the model, keep the others
+        nonlocal ids, window
+        ts.unpack(opt.params[here(np.flatnonzero(leaving))], model, here(ids[leaving]))
+        kept = here(np.flatnonzero(~leaving))
+        opt.keep(kept)
+        window = [w.index_select(0, kept) for w in window]
+        ids = ids[~leaving]
+
+    for step in range(n_steps):
+        spent = budget[ids] <= step
+        if spent.any():
+            flush(step)
+            drop(spent)
+        if len(ids) == 0:
+            break
+        n, length = len(ids), stream.next_length()
+        tokens = torch.empty(n, B, length, dtype=torch.long)
+        for i, member in enumerate(ids):
+            tokens[i].random_(0, V, generator=stream.gens[member])  # what TrainStream.next draws for it
+        tokens = tokens.to(device)
+        offs = offsets[ids]
+        if (offs == offs[0]).all():
+            target = tokens[..., length - 1 - offs[0]:length - offs[0]]  # (n, B, 1)
+        else:
+            target = tokens.gather(-1, here(length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
+        loglik, correct, grad = ts.step(opt.params, tokens, target)
+        opt.step(grad)
+        ran = step + 1
+        segment.append((loglik, correct))
+        bar.update()
+        if on_step is not None:
+            last_acc[ids] = correct.cpu().numpy() / np.float32(B)
+            on_step(step, last_acc.copy())
+        if early:
+            window = (window + [correct])[-STOP_WINDOW:]
+            if len(window) == STOP_WINDOW:  # a lucky batch alone does not stop
+                recent = (torch.stack(window).to(torch.float32) / B).mean(0)
+                reached = (recent >= stop_at[here(ids)]).cpu().numpy()  # NaN (no early stop) never compares true
+                if reached.any():
+                    steps[ids[reached]] = step + 1
+                    flush(step + 1)
+                    drop(reached)
+        if on_checkpoint is not None and ran % every == 0:
+            ts.unpack(opt.params, model, here(ids))
+            if on_checkpoint(ran, model):
+                steps[ids] = ran
+                break
+        if len(ids) == 0:
+            break
+    flush(ran)
+    ts.unpack(opt.params, model, here(ids))
+    loss_hist, acc_hist = loss_hist[:ran], acc_hist[:ran]
+    for hist in (loss_hist, acc_hist):  # a stopped member repeats its last step
+        for s in range(S):
+            k = min(int(steps[s]), ran)
+            if 0 < k < ran:
+                hist[k:, s] = hist[k - 1, s]
+    return loss_hist, acc_hist, steps

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
-from lengthgen.model import Model
+from lengthgen.model import Model, TableStep
 from lengthgen.task import eval_tokens, generator, targets
-from lengthgen.train import TABLES, EnsembleOptimizer, cpu_threads, train_runs
+from lengthgen.train import TABLES, EnsembleOptimizer, FlatOptimizer, cpu_threads, train_runs
 
 SEEDS = (0, 1, 2)
 
@@ -183,3 +183,127 @@ def test_trained_accuracy_is_the_same_on_both_paths(monkeypatch: pytest.MonkeyPa
     lengths = [c.train_length, 2 * c.train_length]
     acc_fast, acc_plain = evaluate(fast, lengths, samples=500).accuracy(), evaluate(plain, lengths, samples=500).accuracy()
     assert np.allclose(acc_fast, acc_plain, atol=0.02, rtol=0)
+
+
+def mean_loglik(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Each member's mean log-likelihood of the targets (S,): what training maximises."""
+    return logits.log_softmax(-1).gather(-1, target).mean((1, 2))
+
+
+@pytest.mark.parametrize("length", [32, 21])
+@pytest.mark.parametrize("mlp,residual", [(False, True), (False, False), (True, True), (True, False)])
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_table_step_gradients_match_autograd(encoding: str, mlp: bool, residual: bool, length: int) -> None:
+    """The hand-written backward of the training step: loss, correct count and the gradient of every
+    parameter equal autograd through the plain path (fp64), at the training length and below it."""
+    c = Config(encoding=encoding, mlp=mlp, residual=residual, max_length=128)
+    model = Model(c, SEEDS).double()
+    tokens = torch.randint(c.vocab, (len(SEEDS), 24, length), generator=generator(3))
+    target = tokens[..., length - 1 - c.offset:length - c.offset]
+    step = TableStep(c, model.encoding, table_rows=c.train_length)
+    loglik, correct, grad = step.step(step.pack(model), tokens, target)
+    logits = model.forward_positions(tokens).logits
+    ref_ll = mean_loglik(logits, target)
+    assert torch.allclose(loglik, ref_ll, atol=1e-12, rtol=0)
+    assert correct.tolist() == (logits.argmax(-1, keepdim=True) == target).sum((1, 2)).tolist()
+    ref = dict(zip([n for n, _ in model.named_parameters()], torch.autograd.grad(-ref_ll.sum(), list(model.parameters()))))
+    mine = step.views(grad)
+    assert set(mine) == set(ref)
+    for name, g in mine.items():
+        want = ref[name]
+        if name == "encoding.table":  # the buffer holds the first train_length rows; later rows get no gradient
+            assert float(want[:, c.train_length:].abs().max()) == 0.0
+            want = want[:, :c.train_length]
+        assert torch.allclose(g, want, atol=1e-12, rtol=1e-10), name
+
+
+def test_table_step_pack_and_views_round_trip() -> None:
+    """pack puts every parameter into the buffer and unpack writes it back into chosen members only."""
+    c = Config(encoding="ape", mlp=True)
+    model = Model(c, SEEDS)
+    step = TableStep(c, model.encoding, table_rows=c.train_length)
+    buf = step.pack(model)
+    assert buf.shape == (len(SEEDS), step.size)
+    for name, p in model.named_parameters():
+        view = step.views(buf)[name]
+        assert torch.equal(view, p[:, :view.shape[1]] if name == "encoding.table" else p), name
+    other = Model(c, [7, 8, 9])
+    before = [p.detach().clone() for p in other.parameters()]
+    step.unpack(buf[[2]], other, torch.tensor([1]))
+    for (name, p), old, mine in zip(other.named_parameters(), before, model.parameters()):
+        rows = c.train_length if name == "encoding.table" else p.shape[1]
+        assert torch.equal(p[1, :rows], mine[2, :rows]), name
+        assert torch.equal(p[0], old[0]) and torch.equal(p[1, rows:], old[1, rows:]), name
+
+
+@pytest.mark.parametrize("optimizer,weight_decay", [("adam", 0.0), ("adam", 0.1), ("gd", 0.1)])
+def test_flat_optimizer_matches_ensemble_optimizer(optimizer: str, weight_decay: float) -> None:
+    """FlatOptimizer on the table path's buffer takes the steps EnsembleOptimizer takes per parameter
+    (per-member step sizes, decay on the matrices only)."""
+    base = Config(encoding="ape", optimizer=optimizer, weight_decay=weight_decay)
+    configs = [base, base.replace(lr=3e-3), base.replace(lr=2e-2)]
+    ref_model, flat_model = Model(base, SEEDS).double(), Model(base, SEEDS).double()
+    ref = EnsembleOptimizer(list(ref_model.named_parameters()), configs)
+    step = TableStep(base, flat_model.encoding)  # every APE row
+    decay = torch.zeros_like(step.pack(flat_model))
+    for name, view in step.views(decay).items():
+        view[:] = torch.tensor([c.weight_decay if name not in TABLES else 0.0 for c in configs],
+                               dtype=decay.dtype).view(-1, *[1] * (view.dim() - 1))
+    flat = FlatOptimizer(optimizer, step.pack(flat_model), [c.lr for c in configs], decay)
+    gen = generator(4)
+    for _ in range(4):
+        grads = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in ref_model.parameters()]
+        for p, g in zip(ref_model.parameters(), grads):
+            p.grad = g.clone()
+        ref.step(torch.ones(len(SEEDS), dtype=torch.bool))
+        g_flat = torch.zeros_like(flat.params)
+        for (name, _), g in zip(ref_model.named_parameters(), grads):
+            step.views(g_flat)[name].copy_(g)
+        flat.step(g_flat)
+    for name, p in ref_model.named_parameters():
+        assert torch.allclose(step.views(flat.params)[name], p, atol=1e-12, rtol=1e-10), name
+
+
+def test_one_layer_training_takes_the_hand_written_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("TableStep.step called")
+
+    monkeypatch.setattr(TableStep, "step", broken)
+    with pytest.raises(RuntimeError, match="TableStep.step called"):
+        train(Config(steps=3), [0], progress=False)
+    train(Config(steps=3, layers=2), [0], progress=False)  # deeper models train through autograd
+
+
+def test_stopped_member_history_repeats_its_last_step() -> None:
+    """A member that stops early leaves the batch; its rows after the stop repeat its last step, so its
+    final accuracy and loss are the ones it ends with alone."""
+    c = Config(steps=150, target_accuracy=0.9)
+    together = train(c, seeds=[1, 2, 0], progress=False)
+    first = int(np.argmin(together.steps))
+    n = int(together.steps[first])
+    assert n < len(together.accuracy)
+    assert (together.accuracy[n:, first] == together.accuracy[n - 1, first]).all()
+    assert (together.loss[n:, first] == together.loss[n - 1, first]).all()
+    alone = train(c, seeds=[together.seeds[first]], progress=False)
+    assert np.allclose(together.accuracy[-1, first], alone.accuracy[-1, 0]) and len(alone.accuracy) == n
+
+
+@pytest.mark.parametrize("layers", [1, 2])
+def test_checkpoints_see_the_current_model_and_can_stop_training(layers: int) -> None:
+    """on_checkpoint gets the parameters after exactly that many steps; returning True stops every member."""
+    c = Config(steps=60, target_accuracy=None, layers=layers)
+    seen = []
+
+    def check(step: int, model: Model) -> bool:
+        seen.append((step, [p.detach().clone() for p in model.parameters()]))
+        return step >= 40
+
+    stopped = train(c, [0, 1], progress=False, on_checkpoint=check, checkpoint_every=20)
+    assert [s for s, _ in seen] == [20, 40] and stopped.steps.tolist() == [40, 40] and len(stopped.loss) == 40
+    shorter = train(c.replace(steps=20), [0, 1], progress=False)
+    for a, b in zip(seen[0][1], shorter.model.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(stopped.model.parameters(), seen[1][1]):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        train(c, [0], progress=False, on_checkpoint=check)
