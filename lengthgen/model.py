@@ -307,10 +307,25 @@ class TableStep:
             at += shape[0] * shape[1]
         self.size = at
         self._cache: dict[tuple, tuple] = {}
+        self._views_of: torch.Tensor | None = None  # the buffer _views belong to
+        self._views_length, self._views = 0, {}
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
         return buf[:, at:at + r * k].view(buf.shape[0], r, k)
+
+    def _buffer_views(self, buf: torch.Tensor, L: int) -> dict[str, torch.Tensor]:
+        """The blocks of ``buf`` and their transposes, made once per buffer and length (the trainer updates
+        its buffer in place, so the views stay valid)."""
+        if self._views_of is not buf or self._views_length != L:
+            V, d = self.V, self.d
+            v = {name: self.block(buf, name) for name in self.blocks}
+            v["U"] = v["W"][..., 3 * d:]
+            v["X"] = v["EP"][:, :V + L] if self.learned else v["EP"]
+            for name in [n for n in v if n != "EP"]:
+                v[name + "T"] = v[name].mT
+            self._views_of, self._views_length, self._views = buf, L, v
+        return self._views
 
     def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor]:
         """The model's parameters (by ``named_parameters`` name) as views of ``buf`` (S, P); the APE
@@ -367,17 +382,16 @@ class TableStep:
                                  (torch.arange(L, device=buf.device) * (V * V)).to(x.dtype),
                                  None if const.trig is None else const.trig * (1.0 / math.sqrt(d)))}
         lead, jvv, trig = self._cache[key]
-        EP, W, Wo = self.block(buf, "EP"), self.block(buf, "W"), self.block(buf, "Wo")
-        U = W[..., 3 * d:]
+        v = self._buffer_views(buf, L)
+        EP, W, Wo, U = v["EP"], v["W"], v["Wo"], v["U"]
         rows = self.learned or self.fixed_rows
         nr = L if rows else 0
         at = V + L - 1  # the last position's row of X
-        if self.learned:
-            X = EP[:, :V + L]
-        elif self.fixed_rows:
+        if self.fixed_rows:
             X = torch.cat((EP, const.rows.expand(S, L, d)), 1)
+            XT = X.mT
         else:
-            X = EP
+            X, XT = v["X"], v["XT"]
         A = torch.bmm(X, W)  # (S, V + nr, 3d + V): [X Wq | X Wk | X Wv | X U]
         Ak, Av = A[..., d:2 * d], A[..., 2 * d:3 * d]
         Q = A[:, :V, :d] + A[:, at:at + 1, :d] if rows else A[:, :V, :d]  # (E + P_(L-1)) Wq
@@ -422,7 +436,7 @@ class TableStep:
             Yv = torch.cat((Yv, R), 1)
         y = torch.bmm(MA, Yv)
         if c.mlp:
-            W1, W2 = self.block(buf, "W1"), self.block(buf, "W2")
+            W1, W2 = v["W1"], v["W2"]
             z = torch.bmm(y, W1)
             r = torch.relu(z)
             out = torch.baddbmm(y, r, W2) if c.residual else torch.bmm(r, W2)
@@ -438,11 +452,11 @@ class TableStep:
         mT = torch.Tensor.mT.__get__
         if c.mlp:
             gU = torch.bmm(mT(out), g)
-            g_out = torch.bmm(g, mT(U))
+            g_out = torch.bmm(g, v['UT'])
             gW2 = torch.bmm(mT(r), g_out)
-            g_z = torch.ops.aten.threshold_backward(torch.bmm(g_out, mT(W2)), z, 0)
+            g_z = torch.ops.aten.threshold_backward(torch.bmm(g_out, v['W2T']), z, 0)
             gW1 = torch.bmm(mT(y), g_z)
-            g_y = torch.baddbmm(g_out, g_z, mT(W1)) if c.residual else torch.bmm(g_z, mT(W1))
+            g_y = torch.baddbmm(g_out, g_z, v['W1T']) if c.residual else torch.bmm(g_z, v['W1T'])
         else:
             g_y = g
         g_Yv = torch.bmm(mT(MA), g_y)  # (S, V + nr (+ V), Y)
@@ -484,8 +498,8 @@ class TableStep:
                 g_A[:, at, 3 * d:] += g_Ru.sum(1)
         else:
             g_A = torch.cat((g_Q, g_K, g_Av, g_Ru if g_Ru is not None else g_Q.new_zeros(S, V, V)), 2)
-        gW = torch.bmm(mT(X), g_A)  # (S, d, 3d + V)
-        g_X = torch.bmm(g_A, mT(W))  # (S, V + nr, d)
+        gW = torch.bmm(XT, g_A)  # (S, d, 3d + V)
+        g_X = torch.bmm(g_A, v['WT'])  # (S, V + nr, d)
         if c.mlp:
             gWo = g_WoU
             gW[..., 3 * d:] = gU
@@ -494,8 +508,8 @@ class TableStep:
                 if rows:
                     g_X[:, at] += g_R.sum(1)
         else:
-            gWo = torch.bmm(g_WoU, mT(U))
-            gW[..., 3 * d:] += torch.bmm(mT(Wo), g_WoU)
+            gWo = torch.bmm(g_WoU, v['UT'])
+            gW[..., 3 * d:] += torch.bmm(v['WoT'], g_WoU)
         if self.learned:
             g_EP = g_X if L == self.table_rows else torch.cat((g_X, g_X.new_zeros(S, self.table_rows - L, d)), 1)
         else:

@@ -131,10 +131,25 @@ class EnsembleOptimizer:
         torch._foreach_sub_(self.params, update)
 
 
+def _fused_adam_works() -> bool:
+    """Whether this torch has the one-pass CPU Adam kernel (torch._fused_adamw_, torch >= 2.4)."""
+    try:
+        p, g, m, v = (torch.zeros(2) for _ in range(4))
+        torch._fused_adamw_([p], [g], [m], [v], [], [torch.tensor(1.0)], lr=0.1, beta1=0.9, beta2=0.999,
+                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
+        return True
+    except (AttributeError, RuntimeError, TypeError):
+        return False
+
+
+_FUSED_ADAM = _fused_adam_works()
+
+
 class FlatOptimizer:
     """EnsembleOptimizer's arithmetic on one (S, P) buffer holding every parameter of S members, all of
     them active (the table path's trainer drops a member from the buffer when it stops): a dozen
-    operations a step whatever the number of parameters. ``t`` counts the steps every member has taken.
+    operations a step whatever the number of parameters, or, for Adam without weight decay on the CPU,
+    torch's one-pass kernel once per distinct step size. ``t`` counts the steps every member has taken.
 
     ``lr``: S step sizes; ``decay``: (S, P) weight decay per entry, or None.
     """
@@ -160,6 +175,17 @@ class FlatOptimizer:
     def step(self, grad: torch.Tensor) -> None:
         """One update of every member from ``grad`` (S, P), which it may overwrite."""
         self.t += 1
+        if self.kind == "adam" and self.decay is None and _FUSED_ADAM and self.params.device.type == "cpu":
+            # torch's one-pass Adam kernel, once per distinct step size (the same update, other rounding)
+            lrs = self.lr.view(-1).tolist()
+            for lr in dict.fromkeys(lrs):
+                rows = [i for i, x in enumerate(lrs) if x == lr]
+                pick = (lambda t: [t]) if len(rows) == len(lrs) else (lambda t: [t[i] for i in rows])
+                torch._fused_adamw_(pick(self.params), pick(grad), pick(self.m), pick(self.v), [],
+                                    [torch.tensor(float(self.t))] * (1 if len(rows) == len(lrs) else len(rows)),
+                                    lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
+                                    eps=self.eps, amsgrad=False, maximize=False)
+            return
         if self.kind == "adam":
             b1, b2 = self.betas
             self.m.lerp_(grad, 1 - b1)
@@ -309,6 +335,16 @@ def _train_autograd(model: Model, stream: TrainStream, configs: Sequence[Config]
     return loss_hist, acc_hist, steps
 
 
+def draw(stream: TrainStream, ids: np.ndarray) -> torch.Tensor:
+    """The next training batch (len(ids), B, L) of members ``ids`` only: for each, exactly what
+    ``TrainStream.next`` draws for it (its own generator; the shared length stream advances once)."""
+    length = stream.next_length()
+    tokens = torch.empty(len(ids), stream.c.batch, length, dtype=torch.long)
+    for i, m in enumerate(ids):
+        tokens[i].random_(0, stream.c.vocab, generator=stream.gens[m])
+    return tokens
+
+
 def _train_tables(model: Model, stream: TrainStream, configs: Sequence[Config], device: torch.device, bar: tqdm,
                   on_step: Callable | None, on_checkpoint: Callable | None, every: int,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -354,33 +390,39 @@ def _train_tables(model: Model, stream: TrainStream, configs: Sequence[Config], 
             acc_hist[seg_start:upto, ids] = torch.stack([b for _, b in segment]).cpu().numpy() / np.float32(B)
         segment, seg_start = [], upto
 
+    def members() -> tuple:  # what the loop needs about the members still training
+        offs = offsets[ids]
+        one = int(offs[0]) if len(ids) and (offs == offs[0]).all() else None  # one offset: a slice, no gather
+        return one, here(offs), int(budget[ids].min()) if len(ids) else 0
+
     def drop(leaving: np.ndarray) -> None:  # write the leaving members to the model, keep the others
-        nonlocal ids, window
+        nonlocal ids, window, now
         ts.unpack(opt.params[here(np.flatnonzero(leaving))], model, here(ids[leaving]))
         kept = here(np.flatnonzero(~leaving))
         opt.keep(kept)
         window = [w.index_select(0, kept) for w in window]
         ids = ids[~leaving]
+        now = members()
 
+    now = members()
     for step in range(n_steps):
-        spent = budget[ids] <= step
-        if spent.any():
+        one, offs, next_spent = now
+        if step >= next_spent:  # some budget is spent
             flush(step)
-            drop(spent)
+            drop(budget[ids] <= step)
         if len(ids) == 0:
             break
-        n, length = len(ids), stream.next_length()
-        tokens = torch.empty(n, B, length, dtype=torch.long)
-        for i, member in enumerate(ids):
-            tokens[i].random_(0, V, generator=stream.gens[member])  # what TrainStream.next draws for it
-        tokens = tokens.to(device)
-        offs = offsets[ids]
-        if (offs == offs[0]).all():
-            target = tokens[..., length - 1 - offs[0]:length - offs[0]]  # (n, B, 1)
-        else:
-            target = tokens.gather(-1, here(length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
-        loglik, correct, grad = ts.step(opt.params, tokens, target)
-        opt.step(grad)
+        one, offs, _ = now
+        n = len(ids)
+        with torch.inference_mode():  # no autograd bookkeeping on any of the step's ~100 operations
+            tokens = draw(stream, ids).to(device)
+            length = tokens.shape[-1]
+            if one is not None:
+                target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
+            else:
+                target = tokens.gather(-1, (length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
+            loglik, correct, grad = ts.step(opt.params, tokens, target)
+            opt.step(grad)
         ran = step + 1
         segment.append((loglik, correct))
         bar.update()

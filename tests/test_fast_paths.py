@@ -3,6 +3,8 @@ foreach optimiser, batched ensembles. Speed itself is measured by benchmarks/, n
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,8 @@ from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
 from lengthgen.model import Model, TableStep
 from lengthgen.task import eval_tokens, generator, targets
 from lengthgen.train import TABLES, EnsembleOptimizer, FlatOptimizer, cpu_threads, train_runs
+
+train_module = importlib.import_module("lengthgen.train")  # the module (the package exports the function)
 
 SEEDS = (0, 1, 2)
 
@@ -236,10 +240,13 @@ def test_table_step_pack_and_views_round_trip() -> None:
         assert torch.equal(p[0], old[0]) and torch.equal(p[1, rows:], old[1, rows:]), name
 
 
-@pytest.mark.parametrize("optimizer,weight_decay", [("adam", 0.0), ("adam", 0.1), ("gd", 0.1)])
-def test_flat_optimizer_matches_ensemble_optimizer(optimizer: str, weight_decay: float) -> None:
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("optimizer,weight_decay", [("adam", 0.0), ("adam", 0.1), ("gd", 0.0), ("gd", 0.1)])
+def test_flat_optimizer_matches_ensemble_optimizer(optimizer: str, weight_decay: float, fused: bool,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """FlatOptimizer on the table path's buffer takes the steps EnsembleOptimizer takes per parameter
-    (per-member step sizes, decay on the matrices only)."""
+    (per-member step sizes, decay on the matrices only), through torch's fused Adam kernel or not."""
+    monkeypatch.setattr(train_module, "_FUSED_ADAM", fused and train_module._FUSED_ADAM)
     base = Config(encoding="ape", optimizer=optimizer, weight_decay=weight_decay)
     configs = [base, base.replace(lr=3e-3), base.replace(lr=2e-2)]
     ref_model, flat_model = Model(base, SEEDS).double(), Model(base, SEEDS).double()
@@ -249,7 +256,7 @@ def test_flat_optimizer_matches_ensemble_optimizer(optimizer: str, weight_decay:
     for name, view in step.views(decay).items():
         view[:] = torch.tensor([c.weight_decay if name not in TABLES else 0.0 for c in configs],
                                dtype=decay.dtype).view(-1, *[1] * (view.dim() - 1))
-    flat = FlatOptimizer(optimizer, step.pack(flat_model), [c.lr for c in configs], decay)
+    flat = FlatOptimizer(optimizer, step.pack(flat_model), [c.lr for c in configs], decay if weight_decay else None)
     gen = generator(4)
     for _ in range(4):
         grads = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in ref_model.parameters()]
