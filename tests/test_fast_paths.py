@@ -314,3 +314,28 @@ def test_checkpoints_see_the_current_model_and_can_stop_training(layers: int) ->
         assert torch.equal(a, b)
     with pytest.raises(ValueError, match="checkpoint_every"):
         train(c, [0], progress=False, on_checkpoint=check)
+
+
+@pytest.mark.parametrize("scope", ["matrices", "all"])
+def test_table_path_trains_like_autograd_with_variable_lengths_and_decay(scope: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """APE with variable training lengths and weight decay (on the matrices only, where untrained table rows
+    stay out of the buffer, or on every row): the table path ends where the autograd path ends."""
+    c = Config(encoding="ape", min_train_length=12, train_length=24, steps=30, target_accuracy=None,
+               weight_decay=0.5, decay_scope=scope, max_length=64)
+    fast = train(c, [0, 1], progress=False)
+    monkeypatch.setattr(Model, "use_tables", False)
+    plain = train(c, [0, 1], progress=False)
+    assert np.allclose(fast.loss, plain.loss, atol=1e-5, rtol=0)
+    for (name, a), b in zip(fast.model.named_parameters(), plain.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-5, rtol=0), name
+    table = fast.model.encoding.table
+    untouched = Model(c, [0, 1]).encoding.table[:, c.train_length:]
+    assert torch.equal(table[:, c.train_length:], untouched) == (scope == "matrices")
+
+
+def test_members_with_no_budget_keep_their_initial_parameters() -> None:
+    c = Config(steps=10, target_accuracy=None)
+    idle, busy = train_runs([(c.replace(steps=0), 0), (c, 1)], progress=False)
+    assert idle.steps.tolist() == [0] and busy.steps.tolist() == [10] and np.isnan(idle.loss).all()
+    for a, b in zip(idle.model.parameters(), Model(c, [0]).parameters()):
+        assert torch.equal(a, b)
