@@ -7,7 +7,9 @@ S members, B sequences, L positions, d width, V vocabulary.
 Only the last position's output is read (the query), so the last layer computes attention for
 that one query: the plain path costs O(L d^2) per sequence for one layer, not O(L^2 d). A one-layer
 model goes further (``Model.forward_tables``): its logits are entries of a table over
-(query token, key token, key position), so a sequence costs O(L) table reads.
+(query token, key token, key position), so a sequence costs O(L) table reads. Training a one-layer
+model takes ``TableStep``: the same tables with a hand-written backward pass, on parameters held in one
+flat buffer per ensemble.
 """
 
 from __future__ import annotations
