@@ -12,6 +12,7 @@ import pytest
 
 from lengthgen import Config, evaluate, train
 from lengthgen.recipes import with_recipe
+from lengthgen.train import train_runs
 
 SEEDS = [0, 1, 2]
 
@@ -87,3 +88,12 @@ def test_ape_stays_at_chance_with_small_steps(ape_small_steps, length: int) -> N
     """No step size trains position rows that training never uses."""
     assert ape_small_steps.by_length[32].accuracy.min() >= 0.99
     assert np.abs(ape_small_steps.by_length[length].accuracy - ape_small_steps.chance).max() <= 0.05
+
+
+def test_small_steps_with_a_small_rope_base_clear_the_bar_at_every_offset() -> None:
+    """Chapter 9's regime with fast-turning pairs (base 100): every seed >= 0.99 at 4x and >= 0.95 at 8x, K = 1 and 8."""
+    base = Config(encoding="rope", rope_base=100.0, lr=1e-3, steps=2000, target_accuracy=None)
+    for trained in train_runs([(base.replace(offset=K), s) for K in (1, 8) for s in SEEDS], progress=False):
+        ev = evaluate(trained, [128, 256], samples=1000)
+        assert ev.by_length[128].accuracy.min() >= 0.99, trained.config.offset
+        assert ev.by_length[256].accuracy.min() >= 0.95, trained.config.offset
