@@ -654,3 +654,203 @@ __all__ = [
     "training_curves",
     "use_book_renderer",
 ]
+
+
+# --- A grid of precomputed traces with independent controls (chapter 7's static playground) -----------
+
+# Plotly sliders and buttons cannot combine their states by themselves: each step or button can only set
+# what it was given. So the controls of a grid figure carry method "skip" (plotly does nothing itself),
+# and this script, run once after the figure is drawn, listens to every control and shows the traces of
+# the grid point the controls select together. It reads layout.meta.grid:
+#   owners[i]: the grid point of trace i, one index per dimension (-1: shown for every value of it);
+#   controls[d]: ["slider", j] or ["menu", j], the control of dimension d;
+#   labels[d]: the values of dimension d as text; title: the title, "{d}" standing for labels[d][active].
+GRID_JS = """(function () {
+    var gd = document.getElementById('{plot_id}');
+    var grid = gd.layout.meta.grid;
+    function active() {
+        return grid.controls.map(function (c) {
+            var list = c[0] === 'slider' ? gd.layout.sliders : gd.layout.updatemenus;
+            return list[c[1]].active || 0;
+        });
+    }
+    function redraw() {
+        var a = active();
+        var visible = grid.owners.map(function (o) {
+            return o.every(function (v, d) { return v < 0 || v === a[d]; });
+        });
+        var title = grid.title.replace(/\\{(\\d+)\\}/g, function (_, d) { return grid.labels[+d][a[+d]]; });
+        Plotly.update(gd, {visible: visible}, {'title.text': title});
+    }
+    gd.on('plotly_sliderchange', redraw);
+    gd.on('plotly_buttonclicked', redraw);
+})();"""
+
+
+def grid_visibility(owners: Sequence[Sequence[int]], active: Sequence[int]) -> list[bool]:
+    """What GRID_JS computes: trace i is visible when every dimension of owners[i] is -1 or active[d]."""
+    return [all(v < 0 or v == a for v, a in zip(o, active)) for o in owners]
+
+
+def grid_controls(fig: go.Figure, owners: Sequence[Sequence[int]], dims: Sequence[tuple[str, str, Sequence[str]]],
+                  active: Sequence[int], title: str) -> go.Figure:
+    """Add independent controls to ``fig`` (its traces precomputed for every grid point) and show ``active``.
+
+    owners: (n_traces, n_dims) grid point of each trace, -1 where a trace is shared along a dimension;
+    dims: per dimension (kind, label, values as text), kind "slider" (drawn below the plot, side by side)
+    or "menu" (a row of buttons above it); active: (n_dims,) the first grid point shown; title: the
+    figure title with "{d}" for dimension d's value. Render with ``GridHTML`` / ``glue_grid_figure``,
+    whose script (GRID_JS) combines the controls in the page.
+    """
+    owners = [[int(v) for v in o] for o in owners]
+    if len(owners) != len(fig.data) or any(len(o) != len(dims) for o in owners):
+        raise ValueError(f"owners: one entry of {len(dims)} indices per trace ({len(fig.data)} traces)")
+    for trace, shown in zip(fig.data, grid_visibility(owners, active)):
+        trace.visible = shown
+    sliders = [d for d in dims if d[0] == "slider"]
+    controls, fmt = [], {}
+    n_sliders = n_menus = 0
+    gap = 0.06
+    width = (1 - gap * (len(sliders) - 1)) / max(len(sliders), 1)
+    slider_layout, menu_layout = [], []
+    for d, ((kind, label, values), a) in enumerate(zip(dims, active)):
+        fmt[d] = values[a]
+        if kind == "slider":
+            slider_layout.append(dict(
+                active=a, steps=[dict(method="skip", label=v, args=[None]) for v in values],
+                currentvalue=dict(prefix=f"{label}: "), x=n_sliders * (width + gap), len=width, pad=dict(t=70)))
+            controls.append(["slider", n_sliders])
+            n_sliders += 1
+        elif kind == "menu":
+            menu_layout.append(dict(
+                type="buttons", direction="right", active=a, showactive=True, x=1, xanchor="right",
+                y=1.02 + 0.12 * n_menus, yanchor="bottom", pad=dict(r=0, t=0),
+                buttons=[dict(method="skip", label=f"{label}: {v}", args=[None]) for v in values]))
+            controls.append(["menu", n_menus])
+            n_menus += 1
+        else:
+            raise ValueError(f"control kind {kind!r}: use 'slider' or 'menu'")
+    fig.update_layout(
+        sliders=slider_layout, updatemenus=menu_layout,
+        meta=dict(grid=dict(owners=owners, controls=controls, labels=[list(v) for _, _, v in dims], title=title)),
+    )
+    fig.update_layout(title_text=title.format(*[fmt[d] for d in range(len(dims))]))
+    return fig
+
+
+class GridHTML(BookHTML):
+    """BookHTML plus GRID_JS, which lets a ``grid_controls`` figure's controls act together in the page."""
+
+    def to_mimebundle(self, fig_dict: dict) -> dict:
+        height = fig_dict.get("layout", {}).get("height") or HEIGHT
+        html = pio.to_html(
+            fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False, auto_play=False,
+            default_height=f"{height}px", validate=False, post_script=GRID_JS,
+        )
+        return {"text/html": html}
+
+
+def glue_grid_figure(name: str, fig: go.Figure) -> None:
+    """``glue_figure`` for a ``grid_controls`` figure: the page's HTML carries GRID_JS. (JupyterLab shows
+    the plotly JSON, where the controls stay at the first grid point: there, use the live playground.)"""
+    from IPython.display import display
+    from myst_nb import glue
+
+    fig_dict = fig.to_dict()
+    bundle = _Bundle({**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **GridHTML().to_mimebundle(fig_dict)})
+    glue(name, bundle, display=False)
+    if not os.environ.get(BOOK_BUILD_ENV):
+        display(bundle)
+
+
+def playground_grid(grid: "Grid", active: tuple[str, int, int] | None = None,
+                    title: str = "RoPE and APE, trained at T={1} with offset K={2}, recipe: {0}") -> go.Figure:
+    """The static playground: for every (recipe, T, K) of a ``playground.Grid``, accuracy against the
+    evaluation length (top; one faint dot per seed, a line for the mean, both encodings) and the last
+    query's mean attention over keys at L = profile_multiple x T (below, mean over seeds), with the target
+    (K back), where APE's pinned position x_(T-K) lies, and the offsets never seen in training (>= T).
+
+    Sliders pick T and K, buttons the recipe, independently (``grid_controls``); ``active`` is the
+    (recipe, T, K) shown first (default: the first of each). Arrays: grid.accuracy (nR, nT, nK, nE, nM, S),
+    grid.profiles[T] (nR, nK, nE, S, profile_multiple x T); stored as float32 / int16 on implicit x axes.
+    """
+    from plotly.subplots import make_subplots
+
+    names = list(grid.recipes)
+    a = grid.index(*active) if active is not None else (0, 0, 0)
+    pm, S = grid.profile_multiple, len(grid.seeds)
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2, subplot_titles=(
+        "accuracy by evaluation length", f"the last query's attention at L = {pm} T (mean of {S} seeds)"))
+    owners: list[tuple[int, int, int]] = []
+    mult = np.asarray(grid.multiples, dtype=np.int16)
+
+    def add(trace: go.BaseTraceType, owner: tuple[int, int, int], row: int) -> None:
+        fig.add_trace(trace, row=row, col=1)
+        owners.append(owner)
+
+    # The grid's traces carry only their data; their style comes from the template, whose scatter styles
+    # plotly.js hands out to scatter traces in turn (trace i gets roles[i % len(roles)]). Every grid point
+    # adds len(roles) traces in the roles' order; the shared traces after them set every styled key.
+    roles: list[dict] = []
+    for enc in grid.encodings:
+        color, label = COLORS.get(enc, "#333"), LABELS.get(enc, enc)
+        roles += [
+            dict(mode="markers", legendgroup=enc, showlegend=False, marker=dict(color=color, size=6, opacity=0.35),
+                 hovertemplate="%{y:.3f}<extra>one seed</extra>"),
+            dict(mode="lines+markers", name=f"{label} (mean of {S} seeds)", legendgroup=enc, showlegend=True,
+                 line=dict(color=color, width=2.5), marker=dict(color=color, size=6, opacity=1),
+                 hovertemplate="mean %{y:.3f}<extra></extra>"),
+            dict(mode="lines", name=label, legendgroup=enc, showlegend=False, line=dict(color=color, width=2),
+                 hovertemplate="%{x} back: %{y:.3f}<extra>" + label + "</extra>"),
+        ]
+    fig.layout.template.data.scatter = [go.Scatter(**role) for role in roles]
+    for r in range(len(names)):
+        for t, T in enumerate(grid.train_lengths):
+            for k in range(len(grid.offsets)):
+                for e in range(len(grid.encodings)):
+                    acc = grid.accuracy[r, t, k, e]  # (nM, S)
+                    back = grid.profiles[T][r, k, e].mean(0)[::-1][1:]  # entry b-1: the key b positions back
+                    add(go.Scatter(x=np.repeat(mult, S), y=acc.ravel()), (r, t, k), 1)
+                    add(go.Scatter(x=mult, y=acc.mean(1)), (r, t, k), 1)
+                    add(go.Scatter(x0=1, dx=1, y=back.astype(np.float32)), (r, t, k), 2)
+    shared = dict(showlegend=True, marker=dict(color="#444", size=1, opacity=1), hoverinfo="skip")
+    add(go.Scatter(x=[mult[0], mult[-1]], y=[grid.chance, grid.chance], mode="lines", line=CHANCE_STYLE,
+                   name=f"chance (1/V = {grid.chance:.3f})", legendgroup="chance", **shared), (-1, -1, -1), 1)
+    for t, T in enumerate(grid.train_lengths):
+        if pm > 1:
+            add(go.Scatter(x=[T, pm * T - 1, pm * T - 1, T], y=[0, 0, 1, 1], fill="toself", mode="none",
+                           fillcolor="rgba(255, 200, 80, 0.2)", line=dict(color="rgba(0, 0, 0, 0)", width=0),
+                           name="offsets >= T: never seen in training", legendgroup="unseen", **shared), (-1, t, -1), 2)
+        for k, K in enumerate(grid.offsets):
+            if pm > 1:
+                pin = _vertical((pm - 1) * T + K, "x_(T-K), where APE pins",
+                                dict(color=COLORS["ape"], dash="dot", width=1))
+                add(pin.update(legendgroup="pinned", **shared), (-1, t, k), 2)
+    for k, K in enumerate(grid.offsets):
+        target = _vertical(K, "target, K back", dict(color="#444", dash="dash", width=1))
+        add(target.update(legendgroup="target", **shared), (-1, -1, k), 2)
+    dims = [("menu", "recipe", names), ("slider", "training length T", [str(T) for T in grid.train_lengths]),
+            ("slider", "offset K", [str(K) for K in grid.offsets])]
+    grid_controls(fig, owners, dims, a, title)
+    fig.update_xaxes(title_text="evaluation length / training length (log scale)", type="log", tickvals=mult,
+                     ticktext=[f"{m}x" for m in grid.multiples], row=1, col=1)
+    fig.update_yaxes(title_text="accuracy (fraction correct)", range=[0, 1.05], row=1, col=1)
+    fig.update_xaxes(title_text="offset of the key behind the query (positions, log scale)", type="log",
+                     dtick=np.log10(2), row=2, col=1)
+    fig.update_yaxes(title_text="mean attention weight", range=[0, 1], row=2, col=1)
+    # 970 px: 200 above the plots (title, recipe buttons, a legend of up to three rows), 620 of plots (two
+    # panels and the gap between them), 150 below them (axis title, sliders). Above the plots, a point
+    # px pixels up is at paper y = 1 + px / 620.
+    fig.update_layout(height=970, margin=dict(t=200, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top"),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1 + 28 / 620, yanchor="bottom"))
+    for menu in fig.layout.updatemenus:
+        menu.update(x=0, xanchor="left", y=1 + 162 / 620, yanchor="top")
+    return fig
+
+
+from typing import TYPE_CHECKING  # noqa: E402
+
+if TYPE_CHECKING:
+    from .playground import Grid
+
+__all__ += ["GRID_JS", "GridHTML", "glue_grid_figure", "grid_controls", "grid_visibility", "playground_grid"]

@@ -4,12 +4,13 @@ Headless-safe: building the controls needs no browser, and ``run()`` trains and 
 whether or not a front end is attached (papermill runs it once with the default values; the saved
 page then shows the controls as a static snapshot next to that figure). In a live Jupyter kernel,
 releasing any control retrains with a progress bar (updated every ``PROGRESS_EVERY`` steps) and
-redraws the figure below the controls; at the book's defaults that takes well under a second.
+redraws the figure below the controls; at the book's defaults that takes well under a second (a recipe
+with a fixed budget of thousands of steps, such as "small steps", takes a few seconds).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import ipywidgets as w
 import plotly.graph_objects as go
@@ -24,14 +25,19 @@ PROGRESS_EVERY = 10  # training steps between progress-bar updates (each update 
 
 
 class Playground:
-    """Controls for training length, offset, vocabulary, encoding and number of seeds.
+    """Controls for training length, offset, vocabulary, encoding and number of seeds, and a recipe
+    menu when ``recipes`` is given.
 
-    ``base`` gives every other setting (steps, width, ...). Evaluation lengths are ``multiples`` of
-    the training length. ``widget`` is the box to display; ``run()`` trains the current settings.
+    ``base`` gives every other setting (steps, width, ...). ``recipes``: name -> the training settings
+    each recipe puts on ``base`` (e.g. ``recipes.RECIPES``); the menu picks one, the first at the start.
+    Evaluation lengths are ``multiples`` of the training length. ``widget`` is the box to display;
+    ``run()`` trains the current settings.
     """
 
-    def __init__(self, base: Config, seeds: int = 2, multiples: Sequence[int] = (1, 2, 4, 8), samples: int = 500):
+    def __init__(self, base: Config, seeds: int = 2, multiples: Sequence[int] = (1, 2, 4, 8), samples: int = 500,
+                 recipes: Mapping[str, Mapping[str, object]] | None = None):
         self.base, self.multiples, self.samples = base, list(multiples), samples
+        self.recipes = {name: dict(fields) for name, fields in (recipes or {}).items()}
         style = dict(description_width="130px")
         slider = dict(continuous_update=False, style=style)
         self.train_length = w.IntSlider(value=base.train_length, min=8, max=64, step=4, description="training length T", **slider)
@@ -40,23 +46,29 @@ class Playground:
         self.seeds = w.IntSlider(value=seeds, min=1, max=8, description="seeds", **slider)
         self.encoding = w.Dropdown(options=[(LABELS[e], e) for e in ENCODINGS], value=base.encoding,
                                    description="encoding", style=style)
+        self.recipe = w.Dropdown(options=list(self.recipes) or ["as given"], description="recipe", style=style,
+                                 disabled=not self.recipes)
         self.progress = w.IntProgress(value=0, min=0, max=max(base.steps, 1), description="training", style=style)
         self.status = w.HTML()
         self.output = w.Output()
         controls = [self.train_length, self.offset, self.vocab, self.seeds, self.encoding]
+        if self.recipes:
+            controls.append(self.recipe)
         for c in controls:
             c.observe(self._changed, names="value")
         self.widget = w.VBox(controls + [self.progress, self.status, self.output])
 
     def config(self) -> Config:
         """The settings the controls show (raises ConfigError with what to change)."""
+        fields = self.recipes.get(self.recipe.value, {})
         return self.base.replace(train_length=self.train_length.value, offset=self.offset.value,
-                                 vocab=self.vocab.value, encoding=self.encoding.value)
+                                 vocab=self.vocab.value, encoding=self.encoding.value, **fields)
 
     def run(self) -> go.Figure:
         """Train the current settings (progress bar follows), evaluate at every multiple, return the figure."""
         c = self.config()
         self.progress.value = 0
+        self.progress.max = max(c.steps, 1)
         self.status.value = f"training {LABELS[c.encoding]} on length {c.train_length}, offset {c.offset} ..."
 
         def step(i: int, _acc: object) -> None:
@@ -68,7 +80,7 @@ class Playground:
         lengths = [m * c.train_length for m in self.multiples]
         ev = evaluate(trained, lengths, samples=self.samples)
         self.status.value = (
-            f"trained {len(trained.seeds)} seed(s) in {trained.seconds:.1f} s; "
+            f"trained {len(trained.seeds)} seed(s) in {trained.seconds:.1f} s ({c.recipe()}); "
             f"steps used: {', '.join(str(int(s)) for s in trained.steps)}"
         )
         title = f"{LABELS[c.encoding]}: accuracy by length (T={c.train_length}, K={c.offset}, V={c.vocab})"

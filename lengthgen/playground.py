@@ -1,0 +1,157 @@
+"""The static playground's grid: RoPE and APE trained at every (training length T, offset K) of a grid,
+in each training recipe, and measured when the book is built, so that a page without a kernel can show
+any pair the reader picks (``plots.playground_grid`` draws it; chapter 7 shows it).
+
+Every (T, encoding) column of the grid (all offsets x all recipes x all seeds) trains as one batched
+ensemble (``train.train_runs``), split only where the recipes differ in a setting an ensemble must share
+(e.g. the optimizer). Each trained (recipe, T, K, encoding) is evaluated at multiples of T, and the last
+query's mean attention over keys is measured at one evaluation length (``profile_multiple`` x T).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from .config import Config, ConfigError, check_length, check_samples
+from .evaluate import evaluate, forward_chunks
+from .recipes import RECIPES
+from .task import eval_tokens
+from .train import Trained, shape_key, train_runs
+
+ENCODINGS = ("rope", "ape")
+PROFILE_SEED = 1  # held-out sample seed of the attention profile (accuracy uses evaluate's default, 0)
+
+
+@dataclass
+class Grid:
+    """Accuracy by evaluation length and the last query's attention, for every grid point.
+
+    Axes: nR recipes, nT training lengths, nK offsets, nE encodings, nM evaluation multiples, S seeds.
+    """
+
+    recipes: dict[str, str]  # (nR,) recipe name -> its training settings in words (Config.recipe())
+    train_lengths: list[int]  # (nT,)
+    offsets: list[int]  # (nK,)
+    encodings: list[str]  # (nE,)
+    seeds: list[int]  # (S,)
+    multiples: list[int]  # (nM,) evaluation lengths are m * T
+    samples: int  # held-out sequences per evaluation length
+    profile_multiple: int  # the attention profile is measured at L = profile_multiple * T
+    profile_samples: int  # held-out sequences the attention profile averages over
+    chance: float  # 1 / V
+    accuracy: np.ndarray  # (nR, nT, nK, nE, nM, S) float32, fraction correct
+    steps: np.ndarray  # (nR, nT, nK, nE, S) int32, steps each member trained
+    profiles: dict[int, np.ndarray]  # T -> (nR, nK, nE, S, profile_multiple * T) float32: mean attention of
+    # the last query on each key position (0-indexed), at L = profile_multiple * T
+    configs: dict[tuple[str, int, int, str], Config] = field(repr=False)  # (recipe, T, K, encoding) -> config
+    seconds: float = 0.0  # wall-clock time to train and measure the grid
+
+    def index(self, recipe: str, T: int, K: int) -> tuple[int, int, int]:
+        """(recipe, T, K) as indices into the grid's axes (KeyError naming the known values)."""
+        for value, known in ((recipe, list(self.recipes)), (T, self.train_lengths), (K, self.offsets)):
+            if value not in known:
+                raise KeyError(f"{value!r} is not on the grid; it has {known}")
+        return list(self.recipes).index(recipe), self.train_lengths.index(T), self.offsets.index(K)
+
+    def pair(self, recipe: str, T: int, K: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """encoding -> (accuracy (nM, S), attention profile (S, profile_multiple * T)) at one grid point."""
+        r, t, k = self.index(recipe, T, K)
+        return {enc: (self.accuracy[r, t, k, e], self.profiles[T][r, k, e]) for e, enc in enumerate(self.encodings)}
+
+    def peak_back(self) -> np.ndarray:
+        """(nR, nT, nK, nE) int: how many positions behind the last query its mean attention (over seeds)
+        peaks, at L = profile_multiple * T. The target is K back; APE's training target x_(T-K) is
+        (profile_multiple - 1) * T + K back."""
+        out = np.zeros(self.steps.shape[:4], np.int32)
+        for t, T in enumerate(self.train_lengths):
+            L = self.profile_multiple * T
+            out[:, t] = L - 1 - self.profiles[T].mean(3).argmax(-1)
+        return out
+
+    def summary(self) -> str:
+        """One line per (recipe, T, K): mean accuracy over seeds at each multiple, per encoding (3 decimals)."""
+        lines = [f"accuracy at {', '.join(f'{m}x' for m in self.multiples)} T (mean of {len(self.seeds)} seeds)"]
+        for r, name in enumerate(self.recipes):
+            for t, T in enumerate(self.train_lengths):
+                for k, K in enumerate(self.offsets):
+                    cells = "  ".join(f"{enc}: " + " ".join(f"{a:.3f}" for a in self.accuracy[r, t, k, e].mean(-1))
+                                      for e, enc in enumerate(self.encodings))
+                    lines.append(f"{name:11s} T={T:3d} K={K:2d}  {cells}")
+        return "\n".join(lines)
+
+
+def last_query_profile(trained: Trained, length: int, samples: int, seed: int = PROFILE_SEED) -> np.ndarray:
+    """Mean attention weight of the last query (last layer) on each key position: (S, length) float32,
+    over ``samples`` held-out sequences of ``length`` (each row sums to 1)."""
+    check_samples(samples)
+    check_length(trained.config, length, members=trained.model.members, samples=samples)
+    total = torch.zeros(trained.model.members, length)
+    for _, out in forward_chunks(trained.model, eval_tokens(trained.config, length, samples, seed)):
+        total += out.attentions[-1][:, :, -1].sum(1).cpu()
+    return (total / samples).numpy().astype(np.float32)
+
+
+def _distinct(name: str, values: Sequence[object]) -> list:
+    values = list(values)
+    if not values or len(set(values)) != len(values):
+        raise ConfigError(f"{name}={values}: give at least one value, each once")
+    return values
+
+
+def compute_grid(
+    base: Config,
+    train_lengths: Sequence[int],
+    offsets: Sequence[int],
+    seeds: Sequence[int],
+    multiples: Sequence[int] = (1, 2, 4, 8),
+    samples: int = 500,
+    recipes: Mapping[str, Mapping[str, object]] = RECIPES,
+    encodings: Sequence[str] = ENCODINGS,
+    profile_multiple: int = 2,
+    profile_samples: int = 200,
+    progress: bool | None = False,
+) -> Grid:
+    """Train and measure every (recipe, T, K, encoding) of the grid, each from ``seeds``.
+
+    ``recipes``: name -> the training settings it puts on ``base`` (default: ``recipes.RECIPES``; a quick
+    run may shorten ``steps``). Every (T, K) must be a valid task (K < T): the configs are checked before
+    any training. Evaluation lengths are ``multiples`` x T; the attention profile is taken at
+    ``profile_multiple`` x T on ``profile_samples`` other held-out sequences (a mean over samples: fewer
+    suffice).
+    """
+    Ts, Ks = _distinct("train_lengths", train_lengths), _distinct("offsets", offsets)
+    names, encs = _distinct("recipes", recipes), _distinct("encodings", encodings)
+    seeds, multiples = _distinct("seeds", [int(s) for s in seeds]), _distinct("multiples", multiples)
+    check_samples(samples)
+    check_samples(profile_samples)
+    if profile_multiple < 1:
+        raise ConfigError(f"profile_multiple={profile_multiple}: use a whole multiple of T, at least 1")
+    configs = {(name, T, K, enc): base.replace(encoding=enc, train_length=T, offset=K, **recipes[name])
+               for name in names for T in Ts for K in Ks for enc in encs}
+    shape = (len(names), len(Ts), len(Ks), len(encs))
+    accuracy = np.zeros(shape + (len(multiples), len(seeds)), np.float32)
+    steps = np.zeros(shape + (len(seeds),), np.int32)
+    profiles = {T: np.zeros((len(names), len(Ks), len(encs), len(seeds), profile_multiple * T), np.float32) for T in Ts}
+    start = time.perf_counter()
+    for t, T in enumerate(Ts):
+        for e, enc in enumerate(encs):
+            column = dict.fromkeys(configs[name, T, K, enc] for name in names for K in Ks)  # distinct, in order
+            groups: dict[str, list[Config]] = {}
+            for c in column:
+                groups.setdefault(shape_key(c), []).append(c)
+            for group in groups.values():
+                for tr in train_runs([(c, s) for c in group for s in seeds], progress=progress):
+                    acc = evaluate(tr, [m * T for m in multiples], samples=samples).accuracy()
+                    prof = last_query_profile(tr, profile_multiple * T, profile_samples)
+                    k = Ks.index(tr.config.offset)
+                    for r, name in enumerate(names):  # every recipe that gives this config (usually one)
+                        if configs[name, T, tr.config.offset, enc] == tr.config:
+                            accuracy[r, t, k, e], steps[r, t, k, e], profiles[T][r, k, e] = acc, tr.steps, prof
+    recipe_text = {name: configs[name, Ts[0], Ks[0], encs[0]].recipe() for name in names}
+    return Grid(recipe_text, Ts, Ks, encs, seeds, multiples, samples, profile_multiple, profile_samples, base.chance,
+                accuracy, steps, profiles, configs, time.perf_counter() - start)

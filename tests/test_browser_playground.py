@@ -1,0 +1,214 @@
+"""Chapter 7's static playground in headless Chromium (issue 12, item 3): the grid figure's two sliders
+(training length T, offset K) and its recipe buttons act independently, as a reader moves them.
+
+On the built page (served from _build/html) the test clicks the controls one at a time, in an order
+that only works if each keeps its value while another moves, and after every click checks that the
+controls show the chosen (recipe, T, K), that the title names it, that the plotted data changed, and that
+the mean accuracy lines of RoPE and APE equal the chapter's own printed summary table for exactly that
+point (and the target line sits K back). A synthetic page shows that the check fails on a figure whose
+controls cannot combine (the same figure without the page script).
+
+Skips, with the command to run, when there is no build or no chromium (fails under `make test`, like
+tests/test_browser.py).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import plotly
+import pytest
+from playwright.sync_api import BrowserContext, Locator, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+from browser_util import CHROMIUM, chromium, console_problems, open_page, serve
+from lengthgen import book, plots
+from test_browser import ALLOWED_ERRORS, unavailable
+from test_playground import fake_grid
+
+pytestmark = pytest.mark.browser
+
+PAGE = "book/07_playground"
+Expected = Callable[[str, int, int], dict[str, np.ndarray]]  # (recipe, T, K) -> encoding -> mean accuracy (nM,)
+
+# The grid figure's state as the reader sees it: each control's value, the title, the visible traces.
+_STATE_JS = """gd => {
+    const grid = gd.layout.meta.grid;
+    const active = grid.controls.map(c => (c[0] === 'slider' ? gd._fullLayout.sliders
+                                                              : gd._fullLayout.updatemenus)[c[1]].active);
+    const visible = (gd._fullData || []).filter(t => t.visible === true);
+    const arr = v => v == null ? null : Array.from(v);
+    return {
+        active: active,
+        labels: grid.labels,
+        title: gd._fullLayout.title.text,
+        traces: visible.map(t => ({name: t.name, group: t.legendgroup, mode: t.mode,
+                                   x: arr(t.x), y: arr(t.y), x0: t.x0, n: t._length})),
+        snapshot: JSON.stringify(visible.map(t => [arr(t.x), arr(t.y), t.x0])),
+    };
+}"""
+
+
+def grid_figure(page: Page) -> Locator:
+    """The page's one figure with grid controls (layout.meta.grid)."""
+    figures = page.locator(".plotly-graph-div")
+    has_grid = "gd => !!(gd.layout.meta && gd.layout.meta.grid)"
+    found = [i for i in range(figures.count()) if figures.nth(i).evaluate(has_grid)]
+    assert len(found) == 1, f"expected one grid figure on the page, found {len(found)}"
+    return figures.nth(found[0])
+
+
+def click_slider(page: Page, gd: Locator, slider: int, step: int) -> None:
+    """Click step ``step`` of slider ``slider`` on its rail, as a reader would."""
+    group = gd.locator(".slider-group").nth(slider)
+    group.scroll_into_view_if_needed()
+    rail = group.locator(".slider-rail-touch-rect").bounding_box()
+    tick = group.locator(".slider-tick-rect").nth(step).bounding_box()
+    page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
+
+
+def click_button(page: Page, gd: Locator, menu: int, button: int) -> None:
+    """Click button ``button`` of button row ``menu``."""
+    gd.locator(".updatemenu-container").nth(menu).locator("g.updatemenu-button").nth(button).click()
+
+
+def summary_table(text: str) -> dict[tuple[str, int, int], dict[str, np.ndarray]]:
+    """The chapter's printed summary (Grid.summary) as (recipe, T, K) -> encoding -> mean accuracy (nM,)."""
+    rows = {}
+    pattern = re.compile(r"^(.+?)\s+T=\s*(\d+) K=\s*(\d+)\s+(.*)$")
+    for line in text.splitlines():
+        m = pattern.match(line.strip())
+        if m:
+            cells = dict(re.findall(r"(\w+): ([\d. ]+?)(?=\s+\w+:|$)", m.group(4)))
+            rows[m.group(1).strip(), int(m.group(2)), int(m.group(3))] = {
+                enc: np.array(v.split(), dtype=float) for enc, v in cells.items()}
+    return rows
+
+
+def move_problems(page: Page, gd: Locator, expected: Expected, errors: list[str], timeout_ms: int = 5000) -> list[str]:
+    """Move the controls one at a time (slider K, slider T, the recipe, slider T, slider K) and check, after
+    each move, every control's value, the title, that the data changed, and that the mean accuracy lines
+    and the target line belong to the chosen (recipe, T, K)."""
+    state = gd.evaluate(_STATE_JS)
+    labels = state["labels"]  # [recipes, Ts, Ks]
+    n = [len(v) for v in labels]
+    assert min(n[1:]) >= 2 and n[0] >= 2, f"the grid needs two values per control to move them: {labels}"
+    want = list(state["active"])
+    moves = [("slider", 1, n[2] - 1, 2), ("slider", 0, 0, 1), ("menu", 0, 1 - want[0], 0),
+             ("slider", 0, n[1] - 1, 1), ("slider", 1, 0, 2)]
+    problems = []
+    for kind, index, step, dim in moves:
+        if want[dim] == step:  # already there: go one further so that the move changes something
+            step = (step + 1) % n[dim]
+        want[dim] = step
+        recipe, T, K = labels[0][want[0]], int(labels[1][want[1]]), int(labels[2][want[2]])
+        where = f"after moving {'the recipe' if kind == 'menu' else ['T', 'K'][index]} to {labels[dim][step]}"
+        before, seen = state["snapshot"], len(errors)
+        (click_button if kind == "menu" else click_slider)(page, gd, index, step)
+        try:
+            page.wait_for_function(f"([gd, before]) => ({_STATE_JS})(gd).snapshot !== before",
+                                   arg=[gd.element_handle(), before], timeout=timeout_ms)
+        except PlaywrightTimeout:
+            problems.append(f"{where}: the plotted data did not change")
+        state = gd.evaluate(_STATE_JS)
+        if state["active"] != want:
+            problems.append(f"{where}: controls show {state['active']}, expected {want} (a control lost its value)")
+        if f"T={T}" not in state["title"] or f"K={K}" not in state["title"] or recipe not in state["title"]:
+            problems.append(f"{where}: the title {state['title']!r} does not name recipe {recipe}, T={T}, K={K}")
+        means = {t["group"]: np.array(t["y"]) for t in state["traces"] if t["mode"] == "lines+markers"}
+        for enc, acc in expected(recipe, T, K).items():
+            if enc not in means:
+                problems.append(f"{where}: no visible mean line for {enc} (visible: {sorted(means)})")
+            elif means[enc].shape != acc.shape or not np.allclose(means[enc], acc, atol=6e-4):
+                problems.append(f"{where}: {enc} shows {np.round(means[enc], 3)}, the grid has {acc} at "
+                                f"({recipe}, T={T}, K={K})")
+        targets = [t for t in state["traces"] if t["group"] == "target"]
+        if len(targets) != 1 or targets[0]["x"] != [K, K]:
+            problems.append(f"{where}: the target line is at {[t['x'] for t in targets]}, not {K} back")
+        lengths = {t["n"] for t in state["traces"] if t["mode"] == "lines" and t["group"] in ("rope", "ape")}
+        if lengths != {2 * T - 1}:
+            problems.append(f"{where}: attention profiles of {lengths} keys, expected {2 * T - 1} (L = 2T)")
+        problems += [f"{where}: {e}" for e in errors[seen:]]
+    return problems
+
+
+# --- the built page -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def context() -> Iterator[BrowserContext]:
+    if not CHROMIUM.exists():
+        unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
+    with chromium() as ctx:
+        yield ctx
+
+
+def test_playground_controls_move_independently(context: BrowserContext) -> None:
+    if not (book.HTML / f"{PAGE}.html").exists():
+        unavailable(f"no built {PAGE}.html in {book.HTML}: run `make book-quick` first (make test builds it)")
+    with serve(book.HTML) as base:
+        visit = open_page(context, f"{base}{PAGE}.html")
+        try:
+            page = visit.page
+            text = page.locator("pre", has_text="accuracy at").first.inner_text()
+            table = summary_table(text)
+            assert table, f"no summary table on the page: {text[:200]!r}"
+            gd = grid_figure(page)
+            labels = gd.evaluate(_STATE_JS)["labels"]
+            points = {(r, int(T), int(K)) for r in labels[0] for T in labels[1] for K in labels[2]}
+            assert points == set(table), f"the figure's grid {sorted(points)} is not the summary's {sorted(table)}"
+            problems = move_problems(page, gd, lambda r, T, K: table[r, T, K], visit.errors)
+            problems += console_problems(visit, ALLOWED_ERRORS)
+        finally:
+            visit.page.close()
+    assert not problems, "\n".join(problems)
+
+
+# --- the check on synthetic pages ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Expected]]:
+    """A small fake grid's figure on two pages: with the page script (GridHTML) and without it (BookHTML)."""
+    plots.use_book_renderer()
+    g = fake_grid(Ts=(8, 12, 16), Ks=(1, 2, 3), S=2, multiples=(1, 2, 4))
+    fig = plots.playground_grid(g)
+    root = tmp_path_factory.mktemp("playground")
+    shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", root)
+    for name, renderer in [("scripted", plots.GridHTML()), ("plain", plots.BookHTML())]:
+        div = renderer.to_mimebundle(fig.to_dict())["text/html"]
+        (root / f"{name}.html").write_text('<!doctype html><html><head><meta charset="utf-8">'
+                                           '<script src="plotly.min.js"></script></head>'
+                                           f"<body>{div}</body></html>")
+
+    def expected(recipe: str, T: int, K: int) -> dict[str, np.ndarray]:
+        return {enc: acc.mean(1) for enc, (acc, _) in g.pair(recipe, T, K).items()}
+
+    with serve(root) as base:
+        yield base, expected
+
+
+@pytest.mark.parametrize("name, fails", [("scripted", False), ("plain", True)])
+def test_the_check_fails_when_controls_cannot_combine(context: BrowserContext, synthetic: tuple[str, Expected],
+                                                      name: str, fails: bool) -> None:
+    base, expected = synthetic
+    visit = open_page(context, f"{base}{name}.html", settle_ms=500)
+    try:
+        problems = move_problems(visit.page, grid_figure(visit.page), expected, visit.errors,
+                                 timeout_ms=5000 if not fails else 1000)
+    finally:
+        visit.page.close()
+    if fails:
+        assert any("did not change" in p for p in problems), problems
+        assert any("the grid has" in p for p in problems), problems
+    else:
+        assert not problems, "\n".join(problems)
+
+
+def test_summary_table_parses_the_chapter_format() -> None:
+    text = fake_grid(Ts=(8,), Ks=(1, 2), S=2, multiples=(1, 2)).summary()
+    table = summary_table(text)
+    assert set(table) == {(r, 8, K) for r in ("first fit", "small steps") for K in (1, 2)}
+    assert table["small steps", 8, 2]["ape"].shape == (2,)
