@@ -484,30 +484,40 @@ def carrier_kernel_figure(frames: Mapping[str, tuple[np.ndarray, np.ndarray, int
 
 def kernel_shapes(frames: Mapping[str, Mapping[str, np.ndarray]], offset: int, train_length: int,
                   title: str) -> go.Figure:
-    """Carrier kernels on one scale, a slider over frames (e.g. seeds): each curve is
-    (c(delta) - c(-K)) / (in-window margin), so the target sits at 0, the best other in-window offset at -1,
-    and a beyond-window point above 0 outscores the target.
+    """Carrier kernels on one scale, a slider over frames (e.g. seeds). Each curve is the best competitor of
+    the target within reach: entry j is max over offsets j' <= j back (j' != K) of (c(-j') - c(-K)) divided by
+    the in-window margin, so it is -1 at the edge of the training window and crosses 0 at the length where a
+    far offset first outscores the target (``reach_envelope`` computes it from a kernel).
 
-    frames: slider label -> curve name -> normalised kernel (n,), entry j at delta = -j (j positions back).
+    frames: slider label -> curve name -> (n,) curve, entry j at j positions back (j = 0 unused).
     """
     palette = ["#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b"]
     dashes = ["solid", "solid", "dash", "dot", "dashdot"]
     panels = {}
     for label, curves in frames.items():
         traces: list[go.BaseTraceType] = []
-        for i, (name, kern) in enumerate(curves.items()):
-            traces.append(go.Scatter(x0=0, dx=1, y=np.asarray(kern, dtype=np.float32), mode="lines", name=name,
+        for i, (name, curve) in enumerate(curves.items()):
+            traces.append(go.Scatter(x0=1, dx=1, y=np.asarray(curve[1:], dtype=np.float32), mode="lines", name=name,
                                      line=dict(color=palette[i % len(palette)], dash=dashes[i % len(dashes)], width=2),
-                                     hovertemplate="%{x} back: %{y:.2f}<extra>" + name + "</extra>"))
+                                     hovertemplate="within %{x} back: %{y:.2f}<extra>" + name + "</extra>"))
         reach = max(len(k) for k in curves.values()) - 1
-        traces.append(go.Scatter(x=[0, reach], y=[0, 0], mode="lines", name=f"the target's level ({offset} back)",
+        traces.append(go.Scatter(x=[1, reach], y=[0, 0], mode="lines", name=f"the target's level ({offset} back)",
                                  line=dict(color="black", dash="dot", width=1), hoverinfo="skip"))
         panels[label] = traces
     fig = slider_figure(panels, "seed")
     reach = max(len(k) for curves in frames.values() for k in curves.values()) - 1
     fig.add_vrect(x0=train_length - 0.5, x1=reach, fillcolor="#ffdd88", opacity=0.2, line_width=0)
-    return _layout(fig, title, "offset behind the query, -delta (positions; shaded: never seen in training)",
-                   "(c(delta) - c(-K)) / in-window margin")
+    return _layout(fig, title, "reach: positions back (log scale; shaded: never seen in training)",
+                   "best competitor (target = 0, window edge = -1)", xaxis_type="log")
+
+
+def reach_envelope(kern: np.ndarray, offset: int, train_length: int) -> np.ndarray:
+    """(n,) the curve ``kernel_shapes`` draws from a kernel (n,) with entry j at delta = -j: the running maximum
+    over j' <= j, j' != K, of (c(-j') - c(-K)) / (c(-K) - the best other in-window offset)."""
+    rel = np.asarray(kern, dtype=np.float64) - kern[offset]
+    margin = -np.delete(rel[:train_length], offset).max()
+    rel[offset] = -np.inf
+    return np.maximum.accumulate(rel) / margin
 
 
 def pair_spectrum_figure(
@@ -640,6 +650,7 @@ __all__ = [
     "fit_vs_transfer",
     "glue_figure",
     "kernel_shapes",
+    "reach_envelope",
     "last_query_attention",
     "law_scatter",
     "margin_vs_accuracy",
