@@ -220,7 +220,7 @@ def check_criterion(records: Sequence[dict], criterion: dict[float, float] = CRI
         base = rs[0]["config"]["rope_base"]
         text = recipe_text(rs[0]["config"]) + ("" if base == Config().rope_base else f"; RoPE base {base:g}")
         out.append(CriterionCheck(
-            recipe, text,
+            recipe[: len(RECIPE_FIELDS)], text,
             len({(r["config"]["vocab"], r["config"]["offset"]) for r in rs}), len(rs),
             {m: float(a.min()) for m, a in acc.items()}, int(below.sum()),
             float(min((acc[m] - bar).min() for m, bar in criterion.items())),
