@@ -6,6 +6,8 @@ Positions are 1-indexed in the text (x_1 .. x_L, target x_(L-K)) and 0-indexed i
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import torch
 
@@ -55,6 +57,12 @@ class TrainStream:
             return hi
         return int(torch.randint(lo, hi + 1, (1,), generator=self.length_gen))
 
-    def next(self) -> torch.Tensor:
+    def next(self, members: Sequence[int] | None = None) -> torch.Tensor:
+        """The next batch: tokens (S, batch, L), or (len(members), batch, L) for the given members only. Each
+        member draws exactly what it draws in a full batch (its own generator); the length stream advances once."""
         length = self.next_length()
-        return torch.stack([sample_tokens(self.c.vocab, self.c.batch, length, g) for g in self.gens])
+        gens = self.gens if members is None else [self.gens[m] for m in members]
+        tokens = torch.empty(len(gens), self.c.batch, length, dtype=torch.long)
+        for out, g in zip(tokens, gens):
+            torch.randint(self.c.vocab, (self.c.batch, length), generator=g, out=out)  # = sample_tokens, in place
+        return tokens

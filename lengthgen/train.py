@@ -335,16 +335,6 @@ def _train_autograd(model: Model, stream: TrainStream, configs: Sequence[Config]
     return loss_hist, acc_hist, steps
 
 
-def draw(stream: TrainStream, ids: np.ndarray) -> torch.Tensor:
-    """The next training batch (len(ids), B, L) of members ``ids`` only: for each, exactly what
-    ``TrainStream.next`` draws for it (its own generator; the shared length stream advances once)."""
-    length = stream.next_length()
-    tokens = torch.empty(len(ids), stream.c.batch, length, dtype=torch.long)
-    for i, m in enumerate(ids):
-        tokens[i].random_(0, stream.c.vocab, generator=stream.gens[m])
-    return tokens
-
-
 def _train_tables(model: Model, stream: TrainStream, configs: Sequence[Config], device: torch.device, bar: tqdm,
                   on_step: Callable | None, on_checkpoint: Callable | None, every: int,
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -415,7 +405,7 @@ def _train_tables(model: Model, stream: TrainStream, configs: Sequence[Config], 
         one, offs, _ = now
         n = len(ids)
         with torch.inference_mode():  # no autograd bookkeeping on any of the step's ~100 operations
-            tokens = draw(stream, ids).to(device)
+            tokens = stream.next(ids).to(device)
             length = tokens.shape[-1]
             if one is not None:
                 target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
