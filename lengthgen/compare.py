@@ -23,6 +23,7 @@ import torch
 
 from .config import Config
 from .evaluate import Evaluation
+from .recipes import RECIPE_FIELDS
 from .sweep import failure_length, summarize
 from .task import eval_tokens, targets
 
@@ -163,7 +164,6 @@ def accuracy_at(evaluation: Evaluation, lengths: Sequence[int]) -> np.ndarray:
 
 # --- recipes and the extrapolation criterion (chapter 9) ---
 
-RECIPE_FIELDS = ("optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
 # The bar of chapter 9: every seed, on every vocabulary and offset, at least this accuracy at each multiple.
 CRITERION = {4.0: 0.99, 8.0: 0.95}
 

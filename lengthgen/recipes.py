@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from .config import Config
 
-FIRST_FIT = {"optimizer": "adam", "lr": 1e-2, "steps": 400, "target_accuracy": 0.995, "weight_decay": 0.0}
+# The Config fields that make up a training recipe (what a result must be stated with).
+RECIPE_FIELDS = ("optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
+_SET = ("optimizer", "lr", "steps", "target_accuracy", "weight_decay")  # the fields the two recipes set
+
+FIRST_FIT = {k: getattr(Config(), k) for k in _SET}  # the Config defaults: lr 0.01, <= 400 steps, stop at 0.995
 SMALL_STEPS = {"optimizer": "adam", "lr": 3e-4, "steps": 6667, "target_accuracy": None, "weight_decay": 0.0}
 RECIPES = {"first fit": FIRST_FIT, "small steps": SMALL_STEPS}
 
