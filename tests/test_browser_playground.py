@@ -25,9 +25,9 @@ import pytest
 from playwright.sync_api import BrowserContext, Locator, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser_util import CHROMIUM, chromium, console_problems, open_page, serve
+from browser_util import console_problems, open_page, serve
 from lengthgen import book, plots
-from test_browser import ALLOWED_ERRORS, unavailable
+from test_browser import ALLOWED_ERRORS, context, unavailable  # noqa: F401 (context: the browser fixture)
 from test_playground import fake_grid
 
 pytestmark = pytest.mark.browser
@@ -137,14 +137,6 @@ def move_problems(page: Page, gd: Locator, expected: Expected, errors: list[str]
 
 
 # --- the built page -----------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def context() -> Iterator[BrowserContext]:
-    if not CHROMIUM.exists():
-        unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
-    with chromium() as ctx:
-        yield ctx
-
 
 def test_playground_controls_move_independently(context: BrowserContext) -> None:
     if not (book.HTML / f"{PAGE}.html").exists():
