@@ -219,7 +219,7 @@ def check_samples(samples: int) -> None:
 
 # Memory: an estimate of the largest tensors a run allocates, checked before anything is allocated.
 FLOAT_BYTES, INDEX_BYTES = 4, 8  # float32 parameters and activations, int64 tokens and indices
-EVAL_SAMPLES = 1000  # held-out sequences per evaluation length (evaluate.EVAL_SAMPLES)
+EVAL_SAMPLES = 1000  # held-out sequences per evaluation length (the default of lengthgen.evaluate)
 EVAL_CHUNK = 2**25  # largest activation per evaluation chunk, in elements (evaluate.forward_chunks' budget)
 MEMORY_FRACTION = 0.8  # a run may use this share of the machine's memory
 MEMORY_ENV = "LENGTHGEN_MEMORY_LIMIT"  # bytes (e.g. 8e9, or 8G / 512M): overrides the limit

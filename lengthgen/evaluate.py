@@ -8,15 +8,13 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .config import check_length, check_samples
+from .config import EVAL_CHUNK, EVAL_SAMPLES, check_length, check_samples
 from .model import Model, Output
 from .task import eval_tokens, targets
 from .train import Trained, cpu_threads
 
-EVAL_SAMPLES = 1000
 
-
-def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = 2**25) -> Iterator[tuple[torch.Tensor, Output]]:
+def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = EVAL_CHUNK) -> Iterator[tuple[torch.Tensor, Output]]:
     """Run ``model`` on tokens (B, L) in chunks of sequences sized to keep the largest activation
     (S*b*L floats on the table path, S*b*L*d on the plain path) under ``budget``.
 
