@@ -1,0 +1,214 @@
+"""How the book's figures look and reach the page: the template and sizes, the shared styles, the renderer
+(HTML without plotly.js, plus plotly's JSON for JupyterLab), glue, slider figures, and grid figures whose
+independent controls the page's script (``grid.js``) combines.
+
+Every figure family (``accuracy``, ``attention``, ``mechanism``, ``sweeps``, ``playground_figure``) ends its
+figures with ``finish``, which sets the title, the axis titles and the figure's own height, so that the
+page, JupyterLab and Colab draw it at the same size (a height left to the template is ignored by
+JupyterLab's plotly renderer, which then draws 360 px).
+"""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from typing import Mapping, Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.io._base_renderers import MimetypeRenderer
+
+COLORS = {"rope": "#1f77b4", "ape": "#d62728", "sinusoidal": "#2ca02c", "nope": "#7f7f7f", "alibi": "#9467bd"}
+LABELS = {"rope": "RoPE", "ape": "APE (learned)", "sinusoidal": "sinusoidal", "nope": "NoPE", "alibi": "ALiBi"}
+CHANCE_STYLE = dict(color="black", dash="dot", width=1)
+DASHES = ("solid", "dash", "dashdot", "longdash")  # variants of one encoding
+HEIGHT = 440  # pixels: every figure's height unless it sets its own
+SLIDER_ROOM = 80  # pixels added below a figure for its slider
+BOOK_BUILD_ENV = "LENGTHGEN_BOOK_BUILD"  # set by lengthgen.book while it executes the chapters
+
+# A small template (plotly's built-in ones add ~8 KB of JSON to every figure).
+pio.templates["lengthgen"] = go.layout.Template(
+    layout=dict(
+        font=dict(family="sans-serif", size=13),
+        plot_bgcolor="white",
+        xaxis=dict(showline=True, linecolor="#444", gridcolor="#e5e5e5", zeroline=False),
+        yaxis=dict(showline=True, linecolor="#444", gridcolor="#e5e5e5", zeroline=False),
+        margin=dict(l=70, r=30, t=110, b=60),
+        height=HEIGHT,
+        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0, bgcolor="rgba(255,255,255,0.8)"),
+    )
+)
+
+
+def _grid_script() -> str:
+    """grid.js without its comment lines (they would be repeated in every grid figure's HTML)."""
+    text = resources.files(__package__).joinpath("grid.js").read_text()
+    return "\n".join(line for line in text.splitlines() if not line.startswith("//"))
+
+
+GRID_JS = _grid_script()
+
+
+def finish(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figure:
+    """Set ``fig``'s title, axis titles and any other layout ``kw``; its height is set on the figure itself
+    (``kw["height"]``, else the height it has, else ``HEIGHT``), its width follows the container."""
+    height = kw.pop("height", None) or fig.layout.height or HEIGHT
+    fig.update_layout(title=dict(text=title, x=0.02, y=0.98, yanchor="top"), xaxis_title=x, yaxis_title=y,
+                      height=height, autosize=True, **kw)
+    return fig
+
+
+def vertical(x: float, name: str, line: dict, y: tuple[float, float] = (0.0, 1.0)) -> go.Scatter:
+    """A vertical marker line as a legend entry (plotly misplaces add_vline annotations on log axes)."""
+    return go.Scatter(x=[x, x], y=list(y), mode="lines", name=name, line=line, hoverinfo="skip")
+
+
+def slider_figure(frames: Mapping[str, list[go.BaseTraceType]], label: str, **layout: object) -> go.Figure:
+    """One figure holding every frame's traces; a slider shows one frame at a time.
+
+    frames: slider label -> the traces of that frame (same layout for all). The first frame is shown.
+    """
+    fig = go.Figure()
+    owner: list[int] = []
+    for i, traces in enumerate(frames.values()):
+        for t in traces:
+            t.visible = i == 0
+            fig.add_trace(t)
+            owner.append(i)
+    steps = [
+        dict(method="update", label=name, args=[{"visible": [o == i for o in owner]}])
+        for i, name in enumerate(frames)
+    ]
+    fig.update_layout(height=HEIGHT)
+    if len(frames) > 1:
+        fig.update_layout(sliders=[dict(active=0, steps=steps, currentvalue=dict(prefix=f"{label}: "), pad=dict(t=80))],
+                          margin=dict(b=150), height=HEIGHT + SLIDER_ROOM)
+    fig.update_layout(**layout)
+    return fig
+
+
+def grid_visibility(owners: Sequence[Sequence[int]], active: Sequence[int]) -> list[bool]:
+    """What GRID_JS computes: trace i is visible when every dimension of owners[i] is -1 or active[d]."""
+    return [all(v < 0 or v == a for v, a in zip(o, active)) for o in owners]
+
+
+def grid_controls(fig: go.Figure, owners: Sequence[Sequence[int]], dims: Sequence[tuple[str, str, Sequence[str]]],
+                  active: Sequence[int], title: str) -> go.Figure:
+    """Add independent controls to ``fig`` (its traces precomputed for every grid point) and show ``active``.
+
+    owners: (n_traces, n_dims) grid point of each trace, -1 where a trace is shared along a dimension;
+    dims: per dimension (kind, label, values as text), kind "slider" (drawn below the plot, side by side)
+    or "menu" (a row of buttons above it); active: (n_dims,) the first grid point shown; title: the
+    figure title with "{d}" for dimension d's value. Render with ``GridHTML`` / ``glue_grid_figure``,
+    whose script (GRID_JS) combines the controls in the page.
+    """
+    owners = [[int(v) for v in o] for o in owners]
+    if len(owners) != len(fig.data) or any(len(o) != len(dims) for o in owners):
+        raise ValueError(f"owners: one entry of {len(dims)} indices per trace ({len(fig.data)} traces)")
+    for trace, shown in zip(fig.data, grid_visibility(owners, active)):
+        trace.visible = shown
+    sliders = [d for d in dims if d[0] == "slider"]
+    controls, fmt = [], {}
+    n_sliders = n_menus = 0
+    gap = 0.06
+    width = (1 - gap * (len(sliders) - 1)) / max(len(sliders), 1)
+    slider_layout, menu_layout = [], []
+    for d, ((kind, label, values), a) in enumerate(zip(dims, active)):
+        fmt[d] = values[a]
+        if kind == "slider":
+            slider_layout.append(dict(
+                active=a, steps=[dict(method="skip", label=v, args=[None]) for v in values],
+                currentvalue=dict(prefix=f"{label}: "), x=n_sliders * (width + gap), len=width, pad=dict(t=70)))
+            controls.append(["slider", n_sliders])
+            n_sliders += 1
+        elif kind == "menu":
+            menu_layout.append(dict(
+                type="buttons", direction="right", active=a, showactive=True, x=1, xanchor="right",
+                y=1.02 + 0.12 * n_menus, yanchor="bottom", pad=dict(r=0, t=0),
+                buttons=[dict(method="skip", label=f"{label}: {v}", args=[None]) for v in values]))
+            controls.append(["menu", n_menus])
+            n_menus += 1
+        else:
+            raise ValueError(f"control kind {kind!r}: use 'slider' or 'menu'")
+    fig.update_layout(
+        sliders=slider_layout, updatemenus=menu_layout,
+        meta=dict(grid=dict(owners=owners, controls=controls, labels=[list(v) for _, _, v in dims], title=title)),
+    )
+    fig.update_layout(title_text=title.format(*[fmt[d] for d in range(len(dims))]))
+    return fig
+
+
+class BookHTML(MimetypeRenderer):
+    """A figure as an HTML div without plotly.js (the book page loads plotly.js once) and no autoplay."""
+
+    post_script: str | None = None
+
+    def to_mimebundle(self, fig_dict: dict) -> dict:
+        height = fig_dict.get("layout", {}).get("height") or HEIGHT
+        html = pio.to_html(
+            fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False, auto_play=False,
+            default_height=f"{height}px", validate=False, post_script=self.post_script,
+        )
+        return {"text/html": html}
+
+
+class GridHTML(BookHTML):
+    """BookHTML plus GRID_JS, which lets a ``grid_controls`` figure's controls act together in the page."""
+
+    post_script = GRID_JS
+
+
+def use_book_renderer() -> None:
+    """Render figures as JupyterLab's plotly mimetype plus the book's HTML; call once per chapter."""
+    pio.renderers["book"] = BookHTML()
+    pio.renderers.default = "plotly_mimetype+book"
+    pio.templates.default = "lengthgen"
+
+
+class _Bundle:
+    """A ready mimebundle that IPython's display formatter passes through unchanged."""
+
+    def __init__(self, bundle: dict):
+        self.bundle = bundle
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict:
+        return self.bundle
+
+
+def _glue(name: str, fig: go.Figure, html: BookHTML) -> None:
+    from IPython.display import display
+    from myst_nb import glue
+
+    fig_dict = fig.to_dict()
+    bundle = _Bundle({**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **html.to_mimebundle(fig_dict)})
+    glue(name, bundle, display=False)
+    if not os.environ.get(BOOK_BUILD_ENV):
+        display(bundle)
+
+
+def glue_figure(name: str, fig: go.Figure) -> None:
+    """Store ``fig`` under ``name`` for a ``{glue:figure}`` directive.
+
+    The stored bundle holds the book's HTML (for the page) and plotly's JSON mimetype (for JupyterLab).
+    In a book build (``BOOK_BUILD_ENV`` set) the figure appears only where the directive places it; in a
+    reader's own Jupyter session it is also shown under the cell that computes it.
+    """
+    _glue(name, fig, BookHTML())
+
+
+def glue_grid_figure(name: str, fig: go.Figure) -> None:
+    """``glue_figure`` for a ``grid_controls`` figure: the page's HTML carries GRID_JS. (JupyterLab shows
+    the plotly JSON, where the controls stay at the first grid point: there, use the live playground.)"""
+    _glue(name, fig, GridHTML())
+
+
+def md_table(header: Sequence[str], body: Sequence[Sequence[str]]):  # -> IPython.display.Markdown
+    """A markdown table (for ``glue`` and ``{glue:md}``): one header row, then one row per ``body`` entry
+    of already formatted cells (each as long as ``header``)."""
+    from IPython.display import Markdown
+
+    bad = [i for i, row in enumerate(body) if len(row) != len(header)]
+    if bad:
+        raise ValueError(f"md_table: rows {bad} do not have {len(header)} cells like the header")
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    return Markdown("\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]))
