@@ -2,7 +2,10 @@
 
 Layout: ``ROOT/<code version>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
 Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``, so a
-reader (or a sweep that was killed mid-write) never sees a half-written entry.
+reader (or a sweep that was killed mid-write) never sees a half-written entry. An entry that is damaged all the
+same (it does not parse, or its stored key is not the one asked for: a disk error, a hand edit, a copy cut short)
+counts as absent: the sweep recomputes it and rewrites it, and the cache reports the file once (a warning on the
+``lengthgen.cache`` logger naming its path), never a traceback.
 
 The root is, in order: the ``root`` argument, the ``LENGTHGEN_CACHE`` environment variable, or
 ``.lengthgen-cache/`` at the project root (the folder holding ``pyproject.toml`` next to the package;
@@ -14,12 +17,14 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from pathlib import Path
 
 ENV_VAR = "LENGTHGEN_CACHE"
 PACKAGE = Path(__file__).resolve().parent
+log = logging.getLogger(__name__)
 
 
 def dependencies(module: str) -> list[str]:
@@ -71,17 +76,33 @@ class Cache:
         self.root = Path(root) if root is not None else default_root()
         self.version = version or code_version()
         self.folder = self.root / self.version
+        self.damaged: set[Path] = set()  # entries found damaged (reported once each)
 
     def path(self, key: dict) -> Path:
         return self.folder / f"{digest(key)}.json"
 
     def get(self, key: dict) -> dict | None:
-        """The stored value, or None when absent (a stored entry whose key differs counts as absent)."""
+        """The stored value, or None when absent. A damaged entry (not JSON, not ``{"key", "value"}``, or a
+        stored key other than ``key``) counts as absent and is reported once per path (``self.damaged``)."""
+        path = self.path(key)
         try:
-            entry = json.loads(self.path(key).read_text())
+            entry = json.loads(path.read_bytes())
+            stored, value = entry["key"], entry["value"]
         except FileNotFoundError:
             return None
-        return entry["value"] if entry["key"] == json.loads(json.dumps(key)) else None
+        except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            return self._damaged(path, f"it does not parse as a cache entry ({type(e).__name__}: {e})")
+        if stored != json.loads(json.dumps(key)):
+            return self._damaged(path, "its stored key differs from the key it is filed under")
+        return value
+
+    def _damaged(self, path: Path, why: str) -> None:
+        """Report a damaged entry once (by path) and treat it as absent: the caller recomputes and rewrites it."""
+        if path not in self.damaged:
+            self.damaged.add(path)
+            log.warning("cache entry %s is damaged: %s; treating it as missing (it is recomputed and rewritten)",
+                        path, why)
+        return None
 
     def put(self, key: dict, value: dict) -> Path:
         """Store ``value`` atomically (temporary file + os.replace). Returns the entry's path."""

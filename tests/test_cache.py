@@ -68,3 +68,63 @@ def test_failed_write_leaves_no_partial_file(tmp_path: Path, monkeypatch: pytest
     assert c.get(key) == {"accuracy": 1.0}  # the old entry is intact
     assert c.get({"seed": 1}) is None  # the new one never appeared
     assert sorted(p.name for p in c.folder.iterdir()) == [c.path(key).name]  # no temporary file left
+
+
+TINY_GRID = {"name": "tiny", "base": {"vocab": 4, "dim": 8, "train_length": 8, "offset": 2, "steps": 6, "batch": 16,
+                                      "target_accuracy": None},
+             "seeds": 2, "eval": {"multiples": [1, 2], "samples": 40}}
+
+
+def test_truncated_entry_is_recomputed_and_reported_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 item 6: a cut-short entry (its first 40 bytes) is a miss, recomputed, rewritten, named once."""
+    from lengthgen.sweep import grid_from_dict, run_key, run_sweep
+
+    grid = grid_from_dict(TINY_GRID)
+    c = Cache(tmp_path)
+    first = run_sweep(grid, c)
+    config = grid.configs[0]
+    entry = c.path(run_key(grid, config, 1))
+    intact = entry.read_bytes()
+    entry.write_bytes(intact[:40])
+    with caplog.at_level("WARNING", logger="lengthgen.cache"):
+        again = run_sweep(grid, Cache(tmp_path))  # a later run, a fresh Cache, as after a crash
+    assert again.computed == 1, "the damaged run, and only it, is trained again"
+    named = [r for r in caplog.records if str(entry) in r.getMessage()]
+    assert len(named) == 1 and named[0].levelname == "WARNING", [r.getMessage() for r in caplog.records]
+    assert "recomputed" in named[0].getMessage() and not named[0].exc_info, "a message, not a traceback"
+    rewritten = json.loads(entry.read_text())
+    assert rewritten["key"] == run_key(grid, config, 1)
+    how = ("batch_seconds", "batch_members")  # how it was computed, not what
+    assert [{k: v for k, v in r.items() if k not in how} for r in again.records] == \
+        [{k: v for k, v in r.items() if k not in how} for r in first.records], "the recomputed run has the same numbers"
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="lengthgen.cache"):
+        third = run_sweep(grid, Cache(tmp_path))
+    assert third.computed == 0 and not caplog.records, "rewritten atomically: read back without a word"
+    assert sorted(p.name for p in c.folder.iterdir() if p.name.startswith(".")) == [], "no temporary file left"
+
+
+@pytest.mark.parametrize("damage", [
+    b"",  # empty
+    b"\xff\xfe not text",  # not UTF-8
+    b"[1, 2]",  # JSON, but not an entry
+    b'{"key": {"seed": 0}}',  # no value
+])
+def test_damaged_entries_count_as_missing(tmp_path: Path, caplog: pytest.LogCaptureFixture, damage: bytes) -> None:
+    c = Cache(tmp_path, version="v1")
+    key = {"seed": 0}
+    c.put(key, {"accuracy": 1.0}).write_bytes(damage)
+    with caplog.at_level("WARNING", logger="lengthgen.cache"):
+        assert c.get(key) is None
+        assert c.get(key) is None  # asked twice, reported once
+    assert [str(c.path(key)) in r.getMessage() for r in caplog.records] == [True]
+    c.put(key, {"accuracy": 0.5})
+    assert c.get(key) == {"accuracy": 0.5}
+
+
+def test_entry_filed_under_another_key_counts_as_missing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    c = Cache(tmp_path, version="v1")
+    c.put({"seed": 1}, {"accuracy": 1.0}).replace(c.path({"seed": 0}))  # the right bytes under the wrong name
+    with caplog.at_level("WARNING", logger="lengthgen.cache"):
+        assert c.get({"seed": 0}) is None
+    assert "stored key differs" in caplog.text and str(c.path({"seed": 0})) in caplog.text
