@@ -1,4 +1,5 @@
-"""The hard-margin carrier kernels: constraints met, optimal on cases solvable by hand, the pair norm sparser."""
+"""The hard-margin solvers and kernels: constraints met, optimal on cases solved by hand, each norm smallest for its
+own solution, and the prediction before training."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from lengthgen import Config, ConfigError
 from lengthgen import maxmargin as mm
+from lengthgen.dilution import gaussian_accuracy
 from lengthgen.kernel import pair_spectrum
 from lengthgen.model import Model
 
@@ -18,22 +20,88 @@ def test_solutions_meet_every_margin_with_some_tight(norm: str, offset: int, tra
     sol = mm.solve(offset, train_length, 32, norm=norm)
     kern = sol.kernel(-np.arange(train_length))
     margins = kern[offset] - np.delete(kern, offset)
-    assert margins.min() >= 1 - 1e-6
-    assert np.isclose(margins.min(), 1, atol=1e-4)  # at the optimum some constraint is active
+    assert margins.min() >= 1 - 1e-9
+    assert np.isclose(margins.min(), 1, atol=1e-9)  # at the optimum some constraint is active
+    assert np.isclose(sol.in_window_margin(), 1)
 
 
-def test_l2_solution_of_one_and_of_two_orthogonal_constraints() -> None:
-    g = np.array([[3.0, 4.0, 0.0]])
-    assert np.allclose(mm._l2_hard_margin(g, np.ones(3), 100, 1e-14), g[0] / 25)
-    g2 = np.array([[2.0, 0.0, 0.0], [0.0, 0.0, 5.0]])
-    assert np.allclose(mm._l2_hard_margin(g2, np.ones(3), 100, 1e-14), [0.5, 0.0, 0.2])
+@pytest.mark.parametrize("norm,g,expected", [
+    ("l2", [[3.0, 4.0, 0.0]], [3 / 25, 4 / 25, 0.0]),  # one constraint: w = g / |g|^2
+    ("l2", [[2.0, 0.0, 0.0], [0.0, 0.0, 5.0]], [0.5, 0.0, 0.2]),  # orthogonal constraints: each on its own
+    ("linf", [[3.0, 4.0]], [1 / 7, 1 / 7]),  # max|w| = t with 3t + 4t = 1
+    ("linf", [[1.0, 1.0], [1.0, -1.0]], [1.0, 0.0]),  # the sum gives w1 >= 1; at w1 = 1 both force w2 = 0
+    ("pairs", [[2.0, 1.0, 0.0, 0.0]], [0.5, 0.0, 0.0, 0.0]),  # |(w1,w3)| + |(w2,w4)| >= |w1| + |w2|: all on w1
+    ("pairs", [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]], [1.0, 0.0, 0.0, 1.0]),
+])
+def test_hard_margin_on_problems_solved_by_hand(norm: str, g: list, expected: list) -> None:
+    assert np.allclose(mm.hard_margin(np.array(g), norm), expected, atol=1e-7)
+
+
+def test_nuclear_and_frobenius_on_a_diagonal_matrix() -> None:
+    # <W, diag(2, 1)> >= 1: the nuclear norm puts everything on the top singular direction, Frobenius spreads it
+    g = np.array([[2.0, 0.0, 0.0, 1.0]])
+    assert np.allclose(mm.hard_margin(g, "nuclear", shape=(2, 2)), [0.5, 0.0, 0.0, 0.0], atol=1e-6)
+    assert np.allclose(mm.hard_margin(g, "l2"), [0.4, 0.0, 0.0, 0.2], atol=1e-7)
+
+
+def test_linf_spread_is_zero_for_a_unique_solution_and_not_for_a_face() -> None:
+    unique = np.array([[3.0, 4.0]])
+    assert np.allclose(mm.linf_spread(unique, mm.hard_margin(unique, "linf")), 0.0, atol=1e-7)
+    face = np.array([[3.0, 4.0, 0.0]])  # the third coordinate is free in [-1/7, 1/7]
+    assert np.allclose(mm.linf_spread(face, mm.hard_margin(face, "linf")), [0, 0, 2 / 7], atol=1e-7)
+
+
+def test_unseparable_constraints_say_so() -> None:
+    for norm in ("l2", "linf"):
+        with pytest.raises(ConfigError, match="separable"):
+            mm.hard_margin(np.array([[1.0, 0.0], [-1.0, 0.0]]), norm)
 
 
 def test_each_norm_is_smallest_for_its_own_solution() -> None:
-    l2, pairs = mm.solve(2, 32, 32, norm="l2"), mm.solve(2, 32, 32, norm="pairs")
-    assert np.linalg.norm(l2.w) <= np.linalg.norm(pairs.w) + 1e-6
-    assert pairs.amplitude.sum() <= l2.amplitude.sum() + 1e-6
+    sol = {n: mm.solve(2, 32, 32, norm=n) for n in mm.NORMS}
+    size = {"l2": lambda s: np.linalg.norm(s.w), "linf": lambda s: np.abs(s.w).max(),
+            "pairs": lambda s: s.amplitude.sum()}
+    for own in mm.NORMS:
+        for other in mm.NORMS:
+            assert size[own](sol[own]) <= size[own](sol[other]) + 1e-6, (own, other)
+    pairs, l2 = sol["pairs"], sol["l2"]
     assert (pairs.amplitude > 1e-3 * pairs.amplitude.max()).sum() <= (l2.amplitude > 1e-3 * l2.amplitude.max()).sum()
+
+
+def test_peaks_are_the_best_beyond_window_offsets() -> None:
+    sol = mm.solve(2, 16, 16, norm="l2")
+    peaks = sol.peaks(255, 3)
+    kern = sol.kernel(-np.arange(256))
+    assert np.allclose([p["value"] for p in peaks], sorted(kern[16:], reverse=True)[:3])
+    assert np.isclose(-peaks[0]["gap"], sol.beyond_margin(255))
+    assert np.isclose(mm.far_field(sol, 16), sol.beyond_margin(255))  # the in-window margin is 1
+
+
+def test_prediction_sharpens_with_the_norm_and_dilutes_with_length() -> None:
+    sol = mm.solve(2, 16, 16, norm="l2")
+    pred = mm.predict(sol, [1.0, 30.0], [16, 64, 256], vocab=8, draws=256)
+    assert pred.target_weight.shape == pred.accuracy.shape == (3, 2)
+    assert np.allclose(pred.in_window_margin, [1 / np.linalg.norm(sol.w), 30 / np.linalg.norm(sol.w)])
+    assert (pred.target_weight[:, 1] > pred.target_weight[:, 0]).all()  # a larger norm: a sharper softmax
+    assert (np.diff(pred.target_weight[:, 0]) < 0).all()  # a small norm: the weight dilutes with length
+    assert pred.accuracy[0, 1] > 0.99 and pred.accuracy[-1, 0] < pred.accuracy[0, 0]
+    with pytest.raises(ConfigError, match="norms"):
+        mm.predict(sol, [0.0], [16], vocab=8)
+
+
+def test_ideal_readout_accuracy_matches_sampled_tokens() -> None:
+    """The Gaussian of the dilution arithmetic against the argmax of token masses over sampled sequences."""
+    rng = np.random.default_rng(0)
+    V, L, K, n = 8, 40, 2, 20000
+    logits = rng.normal(0, 1.5, L)
+    logits[K] += 2.0
+    weights = np.exp(logits) / np.exp(logits).sum()
+    predicted = gaussian_accuracy(mm.ideal_readout_field(weights[None], K, V), draws=4000)[0]
+    tokens = rng.integers(V, size=(n, L))
+    mass = np.zeros((n, V))
+    np.add.at(mass, (np.arange(n)[:, None], tokens), weights[None])
+    sampled = (mass.argmax(1) == tokens[:, K]).mean()
+    assert abs(predicted - sampled) < 0.03, (predicted, sampled)
 
 
 def test_features_rebuild_a_models_kernel_from_its_pair_spectrum() -> None:
@@ -49,6 +117,8 @@ def test_bad_problems_say_what_to_change() -> None:
         mm.solve(2, 32, 32, norm="l1")
     with pytest.raises(ConfigError, match="offset"):
         mm.solve(32, 32, 32)
+    with pytest.raises(ConfigError, match="nuclear"):
+        mm.hard_margin(np.ones((1, 4)), "nuclear", shape=(3, 3))
 
 
 def test_cosine() -> None:
