@@ -40,8 +40,6 @@ REQUIRED = os.environ.get("LENGTHGEN_BROWSER_TEST") == "required"
 
 # Console errors the built book is allowed to show: regex -> why it is harmless.
 ALLOWED_ERRORS = {
-    r"uncaught exception: .*Identifier 'THEBE_JS_URL' has already been declared":
-        "jupyter-book 1 includes sphinx-thebe's script twice; thebe (live code) is off in _config.yml",
     r"console error: Got invalid theme mode: \. Resetting to auto":
         "pydata-sphinx-theme on a fresh profile (no saved light/dark mode): it falls back to auto",
 }
