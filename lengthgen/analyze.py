@@ -98,14 +98,14 @@ def analyze(c: Config, seeds: Sequence[int], lengths: Sequence[int], samples: in
         "steps_trained": trained.steps.tolist(),
         "kernel": kernel_summary(trained, max(max(lengths), c.train_length + 1)),
         "attention": pinning_summary(trained, lengths, samples),
-        "dilution": dilution_summary(dilution.compare(trained, lengths, samples)) if one_layer else None,
+        "dilution": dilution_summary(dilution.compare_laws(trained, lengths, samples)) if one_layer else None,
     }
 
 
 def dilution_grid(base: Config, offsets: Sequence[int], seeds: Sequence[int], lengths: Sequence[int],
                   samples: int = 1000) -> dict:
     """Train ``base`` at each offset and pool the dilution laws over offsets, seeds and lengths."""
-    comparisons = [dilution.compare(train(base.replace(offset=K), list(seeds)), lengths, samples) for K in offsets]
+    comparisons = [dilution.compare_laws(train(base.replace(offset=K), list(seeds)), lengths, samples) for K in offsets]
     return {
         "per_offset": {str(x.offset): dilution_summary(x) for x in comparisons},
         "pooled": dilution.pooled(comparisons),

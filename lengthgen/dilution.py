@@ -249,7 +249,7 @@ class Comparison:
         return float(err.mean()), float(err.max())
 
 
-def compare(
+def compare_laws(
     trained: Trained, lengths: Sequence[int], samples: int = 1000, seed: int = 0, draws: int = DRAWS
 ) -> Comparison:
     """Measure target weight and accuracy at ``lengths`` and predict them with every law."""

@@ -23,12 +23,12 @@ from .recipes import RECIPES
 from .task import eval_tokens
 from .train import Trained, shape_key, train_runs
 
-ENCODINGS = ("rope", "ape")
+COMPARED = ("rope", "ape")  # the two encodings the playground sets side by side
 PROFILE_SEED = 1  # held-out sample seed of the attention profile (accuracy uses evaluate's default, 0)
 
 
 @dataclass
-class Grid:
+class PlaygroundGrid:
     """Accuracy by evaluation length and the last query's attention, for every grid point.
 
     Axes: nR recipes, nT training lengths, nK offsets, nE encodings, nM evaluation multiples, S seeds.
@@ -111,11 +111,11 @@ def compute_grid(
     multiples: Sequence[int] = (1, 2, 4, 8),
     samples: int = 500,
     recipes: Mapping[str, Mapping[str, object]] = RECIPES,
-    encodings: Sequence[str] = ENCODINGS,
+    encodings: Sequence[str] = COMPARED,
     profile_multiple: int = 2,
     profile_samples: int = 200,
     progress: bool | None = False,
-) -> Grid:
+) -> PlaygroundGrid:
     """Train and measure every (recipe, T, K, encoding) of the grid, each from ``seeds``.
 
     ``recipes``: name -> the training settings it puts on ``base`` (default: ``recipes.RECIPES``; a quick
@@ -153,5 +153,5 @@ def compute_grid(
                         if configs[name, T, tr.config.offset, enc] == tr.config:
                             accuracy[r, t, k, e], steps[r, t, k, e], profiles[T][r, k, e] = acc, tr.steps, prof
     recipe_text = {name: configs[name, Ts[0], Ks[0], encs[0]].recipe() for name in names}
-    return Grid(recipe_text, Ts, Ks, encs, seeds, multiples, samples, profile_multiple, profile_samples, base.chance,
-                accuracy, steps, profiles, configs, time.perf_counter() - start)
+    return PlaygroundGrid(recipe_text, Ts, Ks, encs, seeds, multiples, samples, profile_multiple, profile_samples,
+                          base.chance, accuracy, steps, profiles, configs, time.perf_counter() - start)

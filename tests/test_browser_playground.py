@@ -77,7 +77,7 @@ def click_button(page: Page, gd: Locator, menu: int, button: int) -> None:
 
 
 def summary_table(text: str) -> dict[tuple[str, int, int], dict[str, np.ndarray]]:
-    """The chapter's printed summary (Grid.summary) as (recipe, T, K) -> encoding -> mean accuracy (nM,)."""
+    """The chapter's printed summary (PlaygroundGrid.summary) as (recipe, T, K) -> encoding -> mean accuracy (nM,)."""
     rows = {}
     pattern = re.compile(r"^(.+?)\s+T=\s*(\d+) K=\s*(\d+)\s+(.*)$")
     for line in text.splitlines():

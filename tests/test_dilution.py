@@ -13,7 +13,7 @@ import torch
 from lengthgen import Config, ConfigError, train
 from lengthgen.dilution import (
     MeanField,
-    compare,
+    compare_laws,
     content_law,
     exact_target_weight,
     fit_rho,
@@ -43,7 +43,7 @@ def trained():
 
 @pytest.fixture(scope="module")
 def comparison(trained):
-    return compare(trained, LENGTHS, samples=1000)
+    return compare_laws(trained, LENGTHS, samples=1000)
 
 
 def test_a_kernel_with_one_margin_gives_the_simple_law() -> None:

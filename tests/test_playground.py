@@ -14,7 +14,7 @@ import pytest
 
 import lengthgen as lg
 from lengthgen import ConfigError, playground, plots, recipes
-from lengthgen.playground import Grid
+from lengthgen.playground import PlaygroundGrid
 from lengthgen.widgets import Playground
 
 TINY = lg.Config(vocab=8, dim=8, batch=32)
@@ -23,12 +23,12 @@ RECIPES = {"fast": {"lr": 1e-2, "steps": 12, "target_accuracy": 0.5},
 
 
 @pytest.fixture(scope="module")
-def tiny_grid() -> Grid:
+def tiny_grid() -> PlaygroundGrid:
     return playground.compute_grid(TINY, [4, 6], [1, 2], seeds=[0, 1], multiples=[1, 2], samples=16, recipes=RECIPES,
                                     profile_samples=12)
 
 
-def test_grid_shapes_and_recipes(tiny_grid: Grid) -> None:
+def test_grid_shapes_and_recipes(tiny_grid: PlaygroundGrid) -> None:
     g = tiny_grid
     assert g.accuracy.shape == (2, 2, 2, 2, 2, 2) and g.accuracy.dtype == np.float32
     assert g.steps.shape == (2, 2, 2, 2, 2)
@@ -44,7 +44,7 @@ def test_grid_shapes_and_recipes(tiny_grid: Grid) -> None:
     assert g.chance == TINY.chance and g.seeds == [0, 1] and g.samples == 16
 
 
-def test_every_grid_point_equals_training_it_alone(tiny_grid: Grid) -> None:
+def test_every_grid_point_equals_training_it_alone(tiny_grid: PlaygroundGrid) -> None:
     """The batched columns put every (recipe, T, K, encoding) at its own place: retrain a few alone."""
     for name, T, K, enc in [("fast", 4, 2, "rope"), ("slow", 6, 1, "ape"), ("slow", 4, 2, "rope")]:
         c = TINY.replace(encoding=enc, train_length=T, offset=K, **RECIPES[name])
@@ -72,7 +72,7 @@ def test_peak_back_finds_the_largest_mean_weight() -> None:
     assert peaks[0, 0, 0, 0] == 7, "all zeros: argmax is key 0, L - 1 back"
 
 
-def test_grid_summary_has_one_line_per_point(tiny_grid: Grid) -> None:
+def test_grid_summary_has_one_line_per_point(tiny_grid: PlaygroundGrid) -> None:
     lines = tiny_grid.summary().splitlines()
     assert len(lines) == 1 + 2 * 2 * 2
     assert lines[1].startswith("fast") and "T=  4 K= 1" in lines[1] and "rope:" in lines[1] and "ape:" in lines[1]
@@ -92,18 +92,18 @@ def test_bad_grids_say_what_to_change(kw: dict, match: str) -> None:
         playground.compute_grid(TINY, **args)
 
 
-def test_unknown_grid_point_names_the_known_values(tiny_grid: Grid) -> None:
+def test_unknown_grid_point_names_the_known_values(tiny_grid: PlaygroundGrid) -> None:
     with pytest.raises(KeyError, match=r"\[4, 6\]"):
         tiny_grid.index("fast", 5, 1)
 
 
 # --- the figure --------------------------------------------------------------------------------------
 
-def fake_grid(Ts=(12, 16, 24, 32, 48), Ks=(1, 2, 4, 8), S=3, multiples=(1, 2, 4, 8), seed=0) -> Grid:
+def fake_grid(Ts=(12, 16, 24, 32, 48), Ks=(1, 2, 4, 8), S=3, multiples=(1, 2, 4, 8), seed=0) -> PlaygroundGrid:
     """A grid of random numbers with the full book's shape (no training)."""
     rng = np.random.default_rng(seed)
     nR, nT, nK = 2, len(Ts), len(Ks)
-    return Grid({"first fit": "recipe one", "small steps": "recipe two"}, list(Ts), list(Ks), ["rope", "ape"],
+    return PlaygroundGrid({"first fit": "recipe one", "small steps": "recipe two"}, list(Ts), list(Ks), ["rope", "ape"],
                 list(range(S)), list(multiples), 500, 2, 200, 1 / 16,
                 rng.random((nR, nT, nK, 2, len(multiples), S)).astype(np.float32),
                 np.zeros((nR, nT, nK, 2, S), np.int32),
@@ -111,7 +111,7 @@ def fake_grid(Ts=(12, 16, 24, 32, 48), Ks=(1, 2, 4, 8), S=3, multiples=(1, 2, 4,
 
 
 @pytest.fixture(scope="module")
-def figure() -> tuple[Grid, go.Figure]:
+def figure() -> tuple[PlaygroundGrid, go.Figure]:
     plots.use_book_renderer()
     g = fake_grid()
     return g, plots.playground_grid(g, active=("first fit", 32, 1))
@@ -124,7 +124,7 @@ def decode(v: object) -> np.ndarray:
     return np.asarray(v)
 
 
-def test_figure_has_both_sliders_and_the_recipe_buttons(figure: tuple[Grid, go.Figure]) -> None:
+def test_figure_has_both_sliders_and_the_recipe_buttons(figure: tuple[PlaygroundGrid, go.Figure]) -> None:
     g, fig = figure
     sliders, menus = fig.layout.sliders, fig.layout.updatemenus
     assert [[s.label for s in sl.steps] for sl in sliders] == [[str(T) for T in g.train_lengths],
@@ -142,7 +142,7 @@ def test_figure_has_both_sliders_and_the_recipe_buttons(figure: tuple[Grid, go.F
     assert fig.layout.xaxis2.title.text and fig.layout.yaxis2.title.text
 
 
-def test_every_grid_point_has_its_traces(figure: tuple[Grid, go.Figure]) -> None:
+def test_every_grid_point_has_its_traces(figure: tuple[PlaygroundGrid, go.Figure]) -> None:
     g, fig = figure
     owners = [tuple(o) for o in fig.layout.meta["grid"]["owners"]]
     assert len(owners) == len(fig.data)
@@ -155,7 +155,7 @@ def test_every_grid_point_has_its_traces(figure: tuple[Grid, go.Figure]) -> None
 
 
 @pytest.mark.parametrize("r, t, k", [(0, 0, 0), (1, 4, 3), (0, 2, 1), (1, 0, 3)])
-def test_visibility_shows_exactly_the_chosen_point(figure: tuple[Grid, go.Figure], r: int, t: int, k: int) -> None:
+def test_visibility_shows_exactly_the_chosen_point(figure: tuple[PlaygroundGrid, go.Figure], r: int, t: int, k: int) -> None:
     """What the page's script does for a choice of the controls: the chosen point's traces, with the
     grid's numbers, and the shared traces that belong to its T and K."""
     g, fig = figure
@@ -180,7 +180,7 @@ def test_visibility_shows_exactly_the_chosen_point(figure: tuple[Grid, go.Figure
     assert pinned["x"] == [T + K] * 2, "at L = 2T, APE's pinned position x_(T-K) is T + K back"
 
 
-def test_initial_visibility_is_the_active_point(figure: tuple[Grid, go.Figure]) -> None:
+def test_initial_visibility_is_the_active_point(figure: tuple[PlaygroundGrid, go.Figure]) -> None:
     _, fig = figure
     owners = fig.layout.meta["grid"]["owners"]
     assert [t.visible for t in fig.data] == plots.grid_visibility(owners, (0, 3, 0))
@@ -200,7 +200,7 @@ def test_grid_controls_check_their_input() -> None:
         plots.grid_controls(fig, [(0,), (1,)], [("knob", "a", ["x", "y"])], [0], "t")
 
 
-def test_traces_take_their_style_from_the_template_in_turn(figure: tuple[Grid, go.Figure]) -> None:
+def test_traces_take_their_style_from_the_template_in_turn(figure: tuple[PlaygroundGrid, go.Figure]) -> None:
     """plotly.js hands template.data.scatter[i % n] to the i-th scatter trace: the grid traces carry no
     style of their own, and the shared traces after them set every key the template styles."""
     g, fig = figure
@@ -219,7 +219,7 @@ def test_traces_take_their_style_from_the_template_in_turn(figure: tuple[Grid, g
             assert not own & styled, f"grid trace {owner} sets {own & styled} itself"
 
 
-def test_page_html_is_compact_and_carries_the_script(figure: tuple[Grid, go.Figure]) -> None:
+def test_page_html_is_compact_and_carries_the_script(figure: tuple[PlaygroundGrid, go.Figure]) -> None:
     _, fig = figure
     html = plots.GridHTML().to_mimebundle(fig.to_dict())["text/html"]
     div = html.split('id="')[1].split('"')[0]

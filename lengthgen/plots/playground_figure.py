@@ -12,12 +12,12 @@ import plotly.graph_objects as go
 from .render import CHANCE_STYLE, COLORS, LABELS, grid_controls, vertical
 
 if TYPE_CHECKING:
-    from ..playground import Grid
+    from ..playground import PlaygroundGrid
 
 
-def playground_grid(grid: "Grid", active: tuple[str, int, int] | None = None,
+def playground_grid(grid: "PlaygroundGrid", active: tuple[str, int, int] | None = None,
                     title: str = "RoPE and APE, trained at T={1} with offset K={2}, recipe: {0}") -> go.Figure:
-    """The static playground: for every (recipe, T, K) of a ``playground.Grid``, accuracy against the
+    """The static playground: for every (recipe, T, K) of a ``playground.PlaygroundGrid``, accuracy against the
     evaluation length (top; one faint dot per seed, a line for the mean, both encodings) and the last
     query's mean attention over keys at L = profile_multiple x T (below, mean over seeds), with the target
     (K back), where APE's pinned position x_(T-K) lies, and the offsets never seen in training (>= T).
