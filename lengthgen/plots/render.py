@@ -177,7 +177,7 @@ class _Bundle:
 
 def _glue(name: str, fig: go.Figure, html: BookHTML) -> None:
     from IPython.display import display
-    from myst_nb import glue
+    from ..inline import glue  # myst-nb glue that also keeps the figure for JupyterLab (lengthgen.inline)
 
     fig_dict = fig.to_dict()
     bundle = _Bundle({**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **html.to_mimebundle(fig_dict)})

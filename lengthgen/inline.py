@@ -1,0 +1,152 @@
+"""The numbers, tables and figures a chapter's prose cites, shown in the built page and in JupyterLab alike.
+
+A chapter stores each value with ``glue(name, value)`` (myst-nb's glue, which the book build reads from the
+executed notebook, plus a record in the live kernel), and its markdown cites it with an inline expression that
+jupyterlab-myst evaluates in the reader's kernel when the cell is run:
+
+=========================================  ==========================================
+markdown source (JupyterLab evaluates it)  what the book build parses instead (myst-nb)
+=========================================  ==========================================
+``{eval}`glue.text("rope_1x:.3f")```       ``{glue:text}`rope_1x:.3f```
+``{eval}`glue.any("n_seeds")```            ``{glue:}`n_seeds```
+``{eval}`glue.md("verdict")```             ``{glue:md}`verdict```
+a line of only ``glue.md("table")``        a ``{glue:md} table`` directive (``:format: myst``)
+a ``{figure}`` directive whose body is     a ``{glue:figure} fig_key`` directive with the same options
+``glue.figure("fig_key")`` and a caption   and caption
+=========================================  ==========================================
+
+The book build does the rewriting on Sphinx's ``source-read`` event (this module is a Sphinx extension,
+listed in ``_config.yml``), so the executed notebooks and their downloads keep the JupyterLab form, and the
+pages are the ones the glue roles give. ``scripts/inline_roles.py`` rewrites a chapter written with glue roles
+into this form (idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from IPython.core.formatters import format_display_data
+
+_NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
+_ARG = r'"([^"`]+)"'
+# {eval}`glue.KIND("ARG")` inline; KIND -> the glue role the book uses
+INLINE = re.compile(rf'\{{eval\}}`glue\.(text|any|md)\({_ARG}\)`')
+ROLE_OF = {"text": "glue:text", "any": "glue:", "md": "glue:md"}
+# a line that is only {eval}`glue.md("key")`
+MD_BLOCK = re.compile(rf'(^|\n)\{{eval\}}`glue\.md\("({_NAME})"\)`(?=\n|$)')
+# ```{figure}\n:opt: ...\n\n{eval}`glue.figure("key")`\n\ncaption\n```
+FIGURE = re.compile(rf'```\{{figure\}}[ \t]*\n((?::[^\n]*\n)*)\n?\{{eval\}}`glue\.figure\("({_NAME})"\)`[ \t]*\n')
+
+
+class Glued:
+    """The values a chapter glued in this kernel, as the inline expressions of its markdown ask for them.
+
+    ``glue(name, value)`` stores ``value`` for the book (myst-nb) and for this kernel; ``glue.text``,
+    ``glue.any``, ``glue.md`` and ``glue.figure`` return what the matching glue role shows in the page.
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+
+    def __call__(self, name: str, variable: Any, display: bool = True) -> None:
+        """myst-nb's ``glue(name, variable, display)``, and the value kept for this kernel's expressions."""
+        from myst_nb import glue as myst_glue
+
+        myst_glue(name, variable, display=display)
+        self.values[name] = variable
+
+    def _get(self, name: str) -> Any:
+        if name not in self.values:
+            raise KeyError(f"nothing is glued under {name!r} yet: run the code cells above this one "
+                           "(Run > Run All Cells)")
+        return self.values[name]
+
+    def _bundle(self, name: str) -> dict[str, Any]:
+        return format_display_data(self._get(name))[0]
+
+    def text(self, key_format: str) -> Text:
+        """``{glue:text}`key:format```: the value's plain text, formatted as myst-nb formats it."""
+        from myst_nb.core.variables import format_plain_text
+
+        key, _, fmt = key_format.rpartition(":") if ":" in key_format else (key_format, "", "s")
+        return Text(format_plain_text(self._bundle(key)["text/plain"], fmt))
+
+    def any(self, name: str) -> Any:
+        """``{glue:}`name```: the value itself, shown by its richest representation."""
+        return self._get(name)
+
+    def md(self, name: str) -> Markdown:
+        """``{glue:md}`name```: the value's markdown (an ``IPython.display.Markdown``, e.g. a ``plots.md_table``)."""
+        bundle = self._bundle(name)
+        if "text/markdown" not in bundle:
+            raise ValueError(f"{name!r} holds no markdown: glue an IPython.display.Markdown (e.g. plots.md_table)")
+        return Markdown(bundle["text/markdown"])
+
+    def figure(self, name: str) -> Bundle:
+        """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype)."""
+        bundle = self._bundle(name)
+        lab = {k: v for k, v in bundle.items() if k == "application/vnd.plotly.v1+json"}
+        if not lab:
+            raise ValueError(f"{name!r} holds no plotly figure: glue figures with plots.glue_figure")
+        return Bundle(lab)
+
+
+class Text:
+    """Plain text whose representation is the text itself (no quotes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+class Markdown(Text):
+    """Markdown that JupyterLab renders in place."""
+
+    def _repr_markdown_(self) -> str:
+        return self.text
+
+
+class Bundle:
+    """A ready mimebundle, passed through IPython's display formatter unchanged."""
+
+    def __init__(self, bundle: dict[str, Any]) -> None:
+        self.bundle = bundle
+
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, Any]:
+        return self.bundle
+
+
+glue = Glued()  # chapters: from lengthgen.inline import glue
+
+
+def book_markdown(source: str) -> str:
+    """A markdown cell's source with every inline expression of this module replaced by the glue role or
+    directive the book build renders (the table above); the rest of the text is unchanged."""
+    source = FIGURE.sub(lambda m: f"```{{glue:figure}} {m.group(2)}\n{m.group(1)}", source)
+    source = MD_BLOCK.sub(lambda m: f"{m.group(1)}```{{glue:md}} {m.group(2)}\n:format: myst\n```", source)
+    return INLINE.sub(lambda m: f"{{{ROLE_OF[m.group(1)]}}}`{m.group(2)}`", source)
+
+
+def book_notebook(text: str) -> str:
+    """A notebook's JSON text with ``book_markdown`` applied to every markdown cell (others untouched)."""
+    nb = json.loads(text)
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "markdown":
+            source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            cell["source"] = book_markdown(source)
+    return json.dumps(nb)
+
+
+def _source_read(app: Any, docname: str, content: list[str]) -> None:
+    if str(app.env.doc2path(docname)).endswith(".ipynb"):
+        content[0] = book_notebook(content[0])
+
+
+def setup(app: Any) -> dict[str, Any]:
+    """Sphinx extension: chapters' inline expressions become glue roles before myst-nb parses them."""
+    app.connect("source-read", _source_read)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

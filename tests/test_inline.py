@@ -1,0 +1,89 @@
+"""lengthgen.inline: the markdown's inline expressions show what the glue roles show, in the kernel and in the book.
+
+The browser half (a real JupyterLab renders them) is tests/test_jupyterlab.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+from IPython.display import Markdown
+
+import plotly.graph_objects as go
+
+from lengthgen import plots
+from lengthgen.inline import Glued, book_markdown
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE_SOURCE = """(chap-x)=
+# Title
+
+A {glue:text}`acc:.3f` and {glue:}`n` ({glue:md}`verdict`), see {ref}`chap-x`.
+```{glue:md} table
+:format: myst
+```
+
+```{glue:figure} fig_x
+:name: fig-x
+
+The caption, with $T$.
+```
+"""
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("inline_roles", ROOT / "scripts" / "inline_roles.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_rewrite_goes_back_to_the_same_glue_roles() -> None:
+    lab = _script().lab_markdown(GLUE_SOURCE)
+    assert "{glue" not in lab
+    assert '{eval}`glue.text("acc:.3f")`' in lab and '{eval}`glue.figure("fig_x")`' in lab
+    assert "```{figure}\n:name: fig-x\n" in lab
+    assert book_markdown(lab) == GLUE_SOURCE
+    assert _script().lab_markdown(lab) == lab  # idempotent
+
+
+def test_every_chapter_is_in_the_jupyterlab_form_and_builds_back_to_glue_roles() -> None:
+    script = _script()
+    for path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "markdown":
+                assert not script.LEFT.search(cell.source), (
+                    f"{path.name} cell {i} has a glue role JupyterLab cannot show: run scripts/inline_roles.py")
+                assert script.lab_markdown(book_markdown(cell.source)) == cell.source, f"{path.name} cell {i}"
+
+
+def test_glued_values_read_back_as_the_roles_show_them() -> None:
+    glue = Glued()
+    fig = go.Figure(go.Scatter(y=[1, 2]))
+    for name, value in [("acc", 0.98765), ("n", 3), ("word", "RoPE's"), ("table", Markdown("| a |\n| --- |\n| 1 |"))]:
+        glue(name, value, display=False)
+    plots.glue_figure("fig_x", fig)  # plots keeps it in the module's own Glued
+    assert repr(glue.text("acc:.3f")) == "0.988"
+    assert repr(glue.text("n")) == "3"
+    assert repr(glue.text("word")) == "RoPE's"
+    assert glue.any("n") == 3
+    assert glue.md("table")._repr_markdown_() == "| a |\n| --- |\n| 1 |"
+    with pytest.raises(KeyError, match="run the code cells above"):
+        glue.text("missing:.3f")
+    with pytest.raises(ValueError, match="no markdown"):
+        glue.md("acc")
+    with pytest.raises(ValueError, match="no plotly figure"):
+        glue.figure("acc")
+
+
+def test_figures_glued_by_plots_are_shown_by_their_jupyterlab_mimetype() -> None:
+    from lengthgen.inline import glue
+
+    plots.glue_figure("fig_inline_test", go.Figure(go.Scatter(y=[1, 2])))
+    bundle = glue.figure("fig_inline_test")._repr_mimebundle_()
+    assert list(bundle) == ["application/vnd.plotly.v1+json"]
+    assert bundle["application/vnd.plotly.v1+json"]["data"][0]["y"] is not None
