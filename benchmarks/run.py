@@ -283,7 +283,7 @@ def full_book() -> dict | None:
     path = ROOT / "_build" / "timings-full.json"
     if not path.exists():
         return None
-    timings = json.loads(path.read_text())
+    timings = json.loads(path.read_text())["chapters"]  # chapter -> seconds (lengthgen.book.write_timings)
     book = len(list((ROOT / "book").glob("*.ipynb")))  # every chapter is one notebook
     return {"path": str(path.relative_to(ROOT)), "chapters": len(timings), "book_chapters": book,
             "complete": len(timings) >= book, "seconds": round(sum(timings.values()), 1),

@@ -63,8 +63,7 @@ def quick_book() -> dict[str, float | Exception]:
             results[nb.stem] = book.execute(nb, quick=True)
         except Exception as e:  # reported by the chapter's own test below
             results[nb.stem] = e
-    seconds = {k: round(v, 1) for k, v in results.items() if isinstance(v, float)}
-    (book.BUILD / "timings-quick.json").write_text(json.dumps(seconds, indent=1))
+    book.write_timings(True, {k: round(v, 1) for k, v in results.items() if isinstance(v, float)})
     return results
 
 
