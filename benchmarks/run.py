@@ -28,8 +28,9 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from lengthgen import Config, evaluate, train
-from lengthgen.model import Model, TableStep
+from lengthgen.model import Model
 from lengthgen.recipes import SMALL_STEPS
+from lengthgen.tables import TableStep
 from lengthgen.task import eval_tokens, targets
 
 from .baseline import Baseline, train_baseline
@@ -216,7 +217,7 @@ def flops(c: Config, repeats: int) -> dict:
     buf = step.pack(model)
 
     def ours_step() -> None:
-        step.step(buf, tokens, y[..., None])
+        step(buf, tokens, y[..., None])
 
     def base_step() -> None:
         torch.nn.functional.cross_entropy(base(tokens[0]), y[0]).backward()

@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import DECAY_SCOPES, ENCODINGS, OPTIMIZERS, Config, ConfigError, check_length, check_memory
+from .config import DECAY_SCOPES, DTYPES, ENCODINGS, OPTIMIZER_NAMES, Config, ConfigError, check_length, check_memory
 from .evaluate import Evaluation, evaluate
 from .recipes import RECIPES, with_recipe
 from .train import train
@@ -35,9 +35,13 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offset", type=int, default=d.offset, help="retrieve the token K back (K)")
     p.add_argument("--layers", type=int, default=d.layers, help="number of attention layers")
     p.add_argument("--mlp", action="store_true", help="add a ReLU MLP after each attention layer")
-    p.add_argument("--optimizer", default=d.optimizer, help=f"one of {', '.join(OPTIMIZERS)} (gd: plain gradient descent)")
+    p.add_argument("--optimizer", default=d.optimizer,
+                   help="update rule: " + "; ".join(f"{k}: {v}" for k, v in OPTIMIZER_NAMES.items()))
     p.add_argument("--steps", type=int, default=d.steps, help="maximum training steps")
-    p.add_argument("--batch", type=int, default=d.batch, help="sequences per step")
+    p.add_argument("--batch", type=int, default=None, help=f"sequences per step (default {d.batch}, or --train-set)")
+    p.add_argument("--train-set", type=int, default=None,
+                   help="a fixed training set of N sequences per seed, all of it at every step (full batch)")
+    p.add_argument("--dtype", default=d.dtype, help=f"one of {', '.join(DTYPES)}: the model's and optimiser's dtype")
     p.add_argument("--lr", type=float, default=d.lr, help="step size (learning rate)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="decoupled weight decay (AdamW for adam)")
     p.add_argument("--decay-scope", default=d.decay_scope,
@@ -70,7 +74,8 @@ def config_from_args(a: argparse.Namespace) -> Config:
     return Config(
         encoding=a.encoding, vocab=a.vocab, dim=a.dim, train_length=a.train_length,
         min_train_length=a.min_train_length, offset=a.offset, layers=a.layers, mlp=a.mlp,
-        optimizer=a.optimizer, steps=a.steps, batch=a.batch, lr=a.lr, weight_decay=a.weight_decay,
+        optimizer=a.optimizer, steps=a.steps, lr=a.lr, weight_decay=a.weight_decay,
+        batch=a.batch if a.batch is not None else (a.train_set or Config.batch), train_set=a.train_set, dtype=a.dtype,
         decay_scope=a.decay_scope, target_accuracy=a.target_accuracy,
         rope_base=a.rope_base, max_length=a.max_length, init_scale=a.init_scale,
     )

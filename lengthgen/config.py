@@ -15,8 +15,10 @@ import numbers
 import os
 from dataclasses import dataclass
 
+from .optim import RULES
+
 ENCODINGS = ("rope", "ape", "sinusoidal", "nope", "alibi")
-OPTIMIZERS = ("adam", "gd")  # Adam (AdamW's decoupled decay), plain gradient descent (no momentum)
+DTYPES = ("float32", "float64")  # the dtype of the model, its tables and the optimiser
 DECAY_SCOPES = ("matrices", "all")  # weight decay on the attention/read-out matrices only, or on the tables too
 
 
@@ -31,6 +33,12 @@ class Config:
     Task: tokens i.i.d. uniform over ``vocab`` symbols, query at the last position, target the token
     ``offset`` positions back. Training sequences have length ``train_length``, or a length drawn
     uniformly from ``[min_train_length, train_length]`` at every step when ``min_train_length`` is set.
+
+    Training: ``optimizer`` is an update rule of ``optim.RULES``. ``train_set=None`` draws a fresh batch of
+    ``batch`` sequences at every step; ``train_set=N`` draws a fixed training set of N sequences per member
+    once (from the member's seed) and every step uses all of it (full batch): ``batch`` must then equal N,
+    so that everything that reads ``batch`` (the memory estimate, the recipe) reads the batch really used.
+    ``dtype`` ("float32" or "float64") is the dtype of the model, its tables and the optimiser.
     """
 
     # task
@@ -57,6 +65,8 @@ class Config:
     decay_scope: str = "matrices"
     target_accuracy: float | None = 0.995
     length_seed: int = 0
+    train_set: int | None = None
+    dtype: str = "float32"
 
     def __post_init__(self) -> None:
         validate(self)
@@ -88,16 +98,23 @@ class Config:
 
     def recipe(self) -> str:
         """The training recipe in one line, e.g. "Adam, lr 0.01, batch 256, <= 400 steps, early stop at 0.995"."""
-        name = {"adam": "Adam", "gd": "GD"}[self.optimizer]
+        name = OPTIMIZER_NAMES[self.optimizer]
         stop = "no early stop" if self.target_accuracy is None else f"early stop at {self.target_accuracy:g}"
         steps = f"{self.steps} steps" if self.target_accuracy is None else f"<= {self.steps} steps"
         decay = "no weight decay" if self.weight_decay == 0 else (
             f"weight decay {self.weight_decay:g} on " + ("the matrices" if self.decay_scope == "matrices" else "every parameter"))
-        return f"{name}, lr {self.lr:g}, batch {self.batch}, {steps}, {stop}, {decay}"
+        data = f"batch {self.batch}" if self.train_set is None else f"a fixed training set of {self.train_set} (full batch)"
+        precision = "" if self.dtype == "float32" else f", {self.dtype}"
+        return f"{name}, lr {self.lr:g}, {data}, {steps}, {stop}, {decay}{precision}"
 
     def key(self) -> str:
         """A stable text key (sorted JSON) for caches."""
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# Each update rule of optim.RULES in words (Config.recipe).
+OPTIMIZER_NAMES = {"adam": "Adam", "gd": "GD", "ngd": "normalised GD", "sign": "sign descent",
+                   "signum": "Signum (sign descent with momentum)"}
 
 
 def field_names() -> list[str]:
@@ -107,14 +124,14 @@ def field_names() -> list[str]:
 INT_FIELDS = ("vocab", "train_length", "offset", "dim", "layers", "max_length", "steps", "batch", "length_seed")
 BOOL_FIELDS = ("residual", "mlp")
 FLOAT_FIELDS = ("rope_base", "alibi_slope", "init_scale", "lr", "weight_decay", "target_accuracy")
-STR_FIELDS = ("encoding", "optimizer", "decay_scope")
+STR_FIELDS = ("encoding", "optimizer", "decay_scope", "dtype")
 
 
 def _check_types(c: Config) -> None:
     """Every field has its type (an int where a tensor shape is made, a finite float for every float)."""
-    for name in INT_FIELDS + ("min_train_length",):
+    for name in INT_FIELDS + ("min_train_length", "train_set"):
         value = getattr(c, name)
-        if name == "min_train_length" and value is None:
+        if name in ("min_train_length", "train_set") and value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ConfigError(f"{name}={value!r}: give a whole number (an int), e.g. {name}={getattr(Config, name)!r}")
@@ -139,8 +156,10 @@ def validate(c: Config) -> None:
     _check_types(c)
     if c.encoding not in ENCODINGS:
         raise ConfigError(f"unknown encoding {c.encoding!r}; use one of {', '.join(ENCODINGS)}")
-    if c.optimizer not in OPTIMIZERS:
-        raise ConfigError(f"unknown optimizer {c.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+    if c.optimizer not in RULES:
+        raise ConfigError(f"unknown optimizer {c.optimizer!r}; use one of {', '.join(RULES)}")
+    if c.dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {c.dtype!r}; use one of {', '.join(DTYPES)}")
     if c.decay_scope not in DECAY_SCOPES:
         raise ConfigError(f"unknown decay_scope {c.decay_scope!r}; use one of {', '.join(DECAY_SCOPES)}")
     if c.vocab < 2:
@@ -187,6 +206,16 @@ def validate(c: Config) -> None:
         raise ConfigError(f"target_accuracy={c.target_accuracy}: use a value in (0, 1] or None")
     if c.length_seed < 0:
         raise ConfigError(f"length_seed={c.length_seed}: use a seed >= 0")
+    if c.train_set is not None:
+        if c.train_set < 1:
+            raise ConfigError(f"train_set={c.train_set}: a fixed training set needs at least 1 sequence "
+                              f"(or train_set=None for a fresh batch every step)")
+        if c.batch != c.train_set:
+            raise ConfigError(f"train_set={c.train_set} with batch={c.batch}: every step uses the whole fixed "
+                              f"training set (full batch); set batch={c.train_set} too")
+        if c.min_train_length is not None:
+            raise ConfigError(f"train_set={c.train_set} with min_train_length={c.min_train_length}: a fixed "
+                              f"training set has one length; set min_train_length=None")
     check_memory(c)
 
 
@@ -218,7 +247,7 @@ def check_samples(samples: int) -> None:
 
 
 # Memory: an estimate of the largest tensors a run allocates, checked before anything is allocated.
-FLOAT_BYTES, INDEX_BYTES = 4, 8  # float32 parameters and activations, int64 tokens and indices
+INDEX_BYTES = 8  # int64 tokens and indices (floats take Config.dtype's size: float_bytes)
 EVAL_SAMPLES = 1000  # held-out sequences per evaluation length (the default of lengthgen.evaluate)
 EVAL_CHUNK = 2**25  # largest activation per evaluation chunk, in elements (evaluate.forward_chunks' budget)
 MEMORY_FRACTION = 0.8  # a run may use this share of the machine's memory
@@ -279,7 +308,7 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     meant to catch sizes that cannot fit, not to budget exactly.
     """
     S, V, d, n = int(members), int(c.vocab), int(c.dim), int(c.layers)
-    F, I = FLOAT_BYTES, INDEX_BYTES
+    F, I = float_bytes(c), INDEX_BYTES
     training = length is None
     L = c.train_length if training else int(length)
     copies = 4 if training else 1  # a parameter, its gradient and Adam's two moments
@@ -312,6 +341,11 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     if S > 1:
         terms = {k: (b, (*names, "the number of seeds")) for k, (b, names) in terms.items()}
     return terms
+
+
+def float_bytes(c: Config) -> int:
+    """Bytes of one parameter or activation: 4 in float32, 8 in float64."""
+    return 8 if c.dtype == "float64" else 4
 
 
 def estimate_bytes(c: Config, members: int = 1, length: int | None = None, samples: int = EVAL_SAMPLES) -> int:

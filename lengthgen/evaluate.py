@@ -10,6 +10,7 @@ import torch
 
 from .config import EVAL_CHUNK, EVAL_SAMPLES, check_length, check_samples
 from .model import Model, Output
+from .tables import applies, fast_forward
 from .task import eval_tokens, targets
 from .train import Trained, cpu_threads
 
@@ -22,13 +23,13 @@ def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = EVAL_CHUNK)
     (``train.cpu_threads``), like training: faster here, and the same numbers on any machine.
     """
     S, L = model.members, tokens.shape[-1]
-    per_sequence = S * L if model.uses_tables() else S * L * model.config.dim
+    per_sequence = S * L if applies(model) else S * L * model.config.dim
     chunk = max(1, budget // per_sequence)
     device = model.embed.device
     with torch.no_grad(), cpu_threads(device):
         for start in range(0, tokens.shape[0], chunk):
             part = tokens[start : start + chunk].to(device)
-            yield part, model(part)
+            yield part, fast_forward(model, part)
 
 
 @dataclass

@@ -39,17 +39,20 @@ def eval_tokens(c: Config, length: int, samples: int, seed: int = 0) -> torch.Te
 
 
 class TrainStream:
-    """Fresh training batches for an ensemble: member s draws from its own seeded stream.
+    """Training batches for an ensemble: member s draws from its own seeded stream.
 
     ``next()`` returns tokens of shape (S, batch, L). With variable-length training every member
     gets the same L at a step, drawn from a stream seeded by ``config.length_seed``, so a member of an
-    ensemble sees exactly the data it would see when trained alone.
+    ensemble sees exactly the data it would see when trained alone. With ``config.train_set = N`` each
+    member's N sequences are drawn once (they are the first batch its stream would draw) and every
+    ``next()`` returns them again: full-batch training on a fixed set.
     """
 
     def __init__(self, c: Config, seeds: list[int]):
         self.c = c
         self.gens = [generator(s, STREAM_TRAIN) for s in seeds]
         self.length_gen = generator(c.length_seed, STREAM_LENGTHS)
+        self.fixed = None if c.train_set is None else self.draw(self.gens, c.train_length)  # (S, N, L)
 
     def next_length(self) -> int:
         lo, hi = self.c.lengths
@@ -60,8 +63,13 @@ class TrainStream:
     def next(self, members: Sequence[int] | None = None) -> torch.Tensor:
         """The next batch: tokens (S, batch, L), or (len(members), batch, L) for the given members only. Each
         member draws exactly what it draws in a full batch (its own generator); the length stream advances once."""
-        length = self.next_length()
+        if self.fixed is not None:
+            return self.fixed if members is None else self.fixed[list(members)]
         gens = self.gens if members is None else [self.gens[m] for m in members]
+        return self.draw(gens, self.next_length())
+
+    def draw(self, gens: list[torch.Generator], length: int) -> torch.Tensor:
+        """One batch per generator: tokens (len(gens), batch, length)."""
         tokens = torch.empty(len(gens), self.c.batch, length, dtype=torch.long)
         for out, g in zip(tokens, gens):
             torch.randint(self.c.vocab, (self.c.batch, length), generator=g, out=out)  # = sample_tokens, in place

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
 from lengthgen import Config, ConfigError, evaluate, train
 from lengthgen.__main__ import main
 from lengthgen.encodings import rope_rotate
-from lengthgen.model import Model
+from lengthgen.model import Model, log_likelihood, log_likelihood_gradient
 from lengthgen.task import TrainStream, eval_tokens, generator, targets
 
 
@@ -114,6 +115,58 @@ def test_training_is_deterministic() -> None:
         assert torch.equal(p, q)
 
 
+@pytest.mark.parametrize("optimizer", ["adam", "gd", "ngd", "sign", "signum"])
+def test_every_update_rule_trains_and_is_named(optimizer: str) -> None:
+    c = Config(optimizer=optimizer, steps=3, target_accuracy=None, lr=1e-3)
+    assert c.recipe().split(",")[0] in ("Adam", "GD", "normalised GD", "sign descent", "Signum (sign descent with momentum)")
+    for gradient in ("tables", "autograd"):
+        trained = train(c, seeds=[0], progress=False, gradient=gradient)
+        assert trained.steps.tolist() == [3] and np.isfinite(trained.loss).all()
+
+
+def test_float64_runs_the_model_and_its_history_in_float64() -> None:
+    c = Config(dtype="float64", steps=5, target_accuracy=None)
+    trained = train(c, seeds=[0], progress=False)
+    assert all(p.dtype == torch.float64 for p in trained.model.parameters()) and trained.loss.dtype == np.float64
+    start32, start64 = Model(c.replace(dtype="float32"), [0]), Model(c, [0])
+    for a, b in zip(start32.parameters(), start64.parameters()):  # the same initial values in both dtypes
+        assert torch.equal(a.double(), b)
+    assert "float64" in c.recipe()
+
+
+def test_a_fixed_training_set_is_drawn_once_and_used_whole() -> None:
+    c = Config(train_set=12, batch=12, steps=4, target_accuracy=None)
+    stream = TrainStream(c, [0, 1])
+    first = stream.next()
+    assert first.shape == (2, 12, c.train_length) and torch.equal(stream.next(), first)
+    assert torch.equal(stream.next([1]), first[[1]]) and not torch.equal(first[0], first[1])
+    fresh = TrainStream(c.replace(train_set=None), [0, 1])
+    assert torch.equal(fresh.next(), first) and not torch.equal(fresh.next(), first)  # the set is the first batch
+    assert "a fixed training set of 12 (full batch)" in c.recipe()
+
+
+@pytest.mark.parametrize("gap", [1e-12, 1e-30, 1e-200])
+def test_loss_and_gradient_stay_exact_when_the_target_is_almost_certain(gap: float) -> None:
+    """float64: a member whose target probability is within ``gap`` of 1 still gets a finite, non-zero loss
+    and gradient, equal to the closed form (V-1) e^(-m) for logits m apart, and autograd agrees."""
+    V, B = 16, 4
+    margin = -math.log(gap / (V - 1))  # p_other = e^(-margin) / (1 + (V-1) e^(-margin)): 1 - p_t = gap
+    logits = torch.zeros(2, B, V, dtype=torch.float64)
+    target = torch.zeros(2, B, 1, dtype=torch.long)
+    logits[0].scatter_(-1, target[0], margin)  # member 0: almost certain; member 1: uniform
+    logits.requires_grad_(True)
+    loglik = log_likelihood(logits, target)
+    (auto,) = torch.autograd.grad(-loglik.sum(), logits)
+    value, grad = log_likelihood_gradient(logits.detach(), target)
+    assert torch.equal(value, loglik.detach())
+    assert -value[0] == pytest.approx(math.log1p(gap / (1 - gap)), rel=1e-12) and -value[0] > 0
+    assert torch.isfinite(grad).all() and grad[0, 0, 0] < 0 and grad[0, 0, 1] > 0
+    assert float(grad[0, 0, 0]) == pytest.approx(-gap / B, rel=1e-12)
+    assert float(grad[0, 0, 1:].sum()) == pytest.approx(gap / B, rel=1e-12)
+    assert -value[1] == pytest.approx(math.log(V), rel=1e-14)
+    assert torch.allclose(auto, grad, rtol=1e-12, atol=0)
+
+
 @pytest.mark.parametrize(
     "changes, words",
     [
@@ -125,6 +178,12 @@ def test_training_is_deterministic() -> None:
         (dict(encoding="xpos"), "unknown encoding"),
         (dict(min_train_length=2, offset=2), "below the shortest"),
         (dict(dim=7), "even"),
+        (dict(optimizer="sgd"), "use one of adam, gd, ngd, sign, signum"),
+        (dict(dtype="float16"), "use one of float32, float64"),
+        (dict(train_set=64), "set batch=64 too"),
+        (dict(train_set=0), "at least 1 sequence"),
+        (dict(train_set=8, batch=8, min_train_length=16), "set min_train_length=None"),
+        (dict(train_set=8.0, batch=8), "whole number"),
     ],
 )
 def test_bad_config_says_what_to_change(changes: dict, words: str) -> None:

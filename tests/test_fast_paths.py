@@ -1,20 +1,18 @@
-"""The fast paths give the plain path's numbers: vocabulary tables, last-query-only layers, the
-foreach optimiser, batched ensembles. Speed itself is measured by benchmarks/, never asserted here."""
+"""The fast paths give the reference's numbers: vocabulary tables (forward and hand-written backward),
+last-query-only layers, batched ensembles, the one training loop on both gradient functions. Speed
+itself is measured by benchmarks/, never asserted here. The optimiser is tested in test_optim.py."""
 
 from __future__ import annotations
-
-import importlib
 
 import numpy as np
 import pytest
 import torch
 
 from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
-from lengthgen.model import Model, TableStep
+from lengthgen.model import Model, log_likelihood
+from lengthgen.tables import TableStep, fast_forward
 from lengthgen.task import eval_tokens, generator, targets
-from lengthgen.train import TABLES, EnsembleOptimizer, FlatOptimizer, cpu_threads, train_runs
-
-train_module = importlib.import_module("lengthgen.train")  # the module (the package exports the function)
+from lengthgen.train import cpu_threads, train_runs
 
 SEEDS = (0, 1, 2)
 
@@ -39,24 +37,22 @@ def fp64_model(c: Config) -> tuple[Model, torch.Tensor]:
 
 @pytest.mark.parametrize("mlp,residual", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_tables_match_plain_path(encoding: str, mlp: bool, residual: bool) -> None:
-    """One layer: forward_tables equals forward_positions in logits, attention and every gradient (fp64)."""
+def test_tables_match_the_reference(encoding: str, mlp: bool, residual: bool) -> None:
+    """One layer: fast_forward (the tables) equals the reference Model.forward in logits and attention
+    (fp64), past the training length too (untrained APE rows)."""
     c = Config(encoding=encoding, mlp=mlp, residual=residual, max_length=128)
     model, tokens = fp64_model(c)
-    y = targets(tokens, c.offset)
-    fast, plain = model.forward_tables(tokens), model.forward_positions(tokens)
+    fast, plain = fast_forward(model, tokens), model(tokens)
     assert torch.allclose(fast.logits, plain.logits, atol=1e-12, rtol=1e-12)
     assert torch.allclose(fast.attentions[0], plain.attentions[0], atol=1e-14, rtol=0)
-    for (name, _), a, b in zip(model.named_parameters(), grads(fast.logits, y, model), grads(plain.logits, y, model)):
-        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
 
 
 def test_tables_take_per_member_tokens() -> None:
-    """Tokens (S, B, L), one batch per member as in training, give the same numbers as the plain path."""
+    """Tokens (S, B, L), one batch per member as in training, give the same numbers as the reference."""
     c = Config()
     model = Model(c, SEEDS).double()
     tokens = torch.randint(c.vocab, (len(SEEDS), 16, c.train_length), generator=generator(9))
-    assert torch.allclose(model.forward_tables(tokens).logits, model.forward_positions(tokens).logits, atol=1e-12)
+    assert torch.allclose(fast_forward(model, tokens).logits, model(tokens).logits, atol=1e-12)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -72,58 +68,13 @@ def test_last_query_only_matches_full_attention_with_two_layers(encoding: str) -
         assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
 
 
-def test_forward_takes_the_tables_only_where_exact() -> None:
-    c = Config()
+def test_fast_forward_takes_the_reference_beyond_one_layer() -> None:
+    c = Config(layers=2)
+    model = Model(c, [0])
+    tokens = eval_tokens(c, 8, 2)
+    assert torch.equal(fast_forward(model, tokens).logits, model(tokens).logits)
     with pytest.raises(ValueError, match="one-layer"):
-        Model(c.replace(layers=2), [0]).forward_tables(eval_tokens(c, 8, 2))
-
-
-@pytest.mark.parametrize("optimizer", ["adam", "gd"])
-@pytest.mark.parametrize("weight_decay,scope", [(0.0, "matrices"), (0.1, "matrices"), (0.1, "all")])
-def test_ensemble_optimizer_matches_torch(optimizer: str, weight_decay: float, scope: str) -> None:
-    """All members active: the same steps as torch.optim.AdamW / SGD (decay on the tables only with scope "all")."""
-    c = Config(encoding="ape", optimizer=optimizer, weight_decay=weight_decay, decay_scope=scope,
-               lr=1e-2 if optimizer == "adam" else 0.5)
-    ours, ref = Model(c, SEEDS).double(), Model(c, SEEDS).double()
-    opt = EnsembleOptimizer(list(ours.named_parameters()), [c] * len(SEEDS))
-    table_decay = weight_decay if scope == "all" else 0.0
-    groups = [
-        {"params": [p for n, p in ref.named_parameters() if n in TABLES], "weight_decay": table_decay},
-        {"params": [p for n, p in ref.named_parameters() if n not in TABLES], "weight_decay": weight_decay},
-    ]
-    if optimizer == "adam":
-        torch_opt = torch.optim.AdamW(groups, lr=c.lr, eps=1e-8)
-    else:  # decoupled decay p <- p - lr (g + wd p) is SGD's coupled decay for plain gradient descent
-        torch_opt = torch.optim.SGD(groups, lr=c.lr)
-    tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
-    y = targets(tokens, c.offset)
-    for _ in range(5):
-        for model in (ours, ref):
-            for p, g in zip(model.parameters(), grads(model(tokens).logits, y, model)):
-                p.grad = g
-        opt.step(torch.ones(len(SEEDS), dtype=torch.bool))
-        torch_opt.step()
-    for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
-        assert torch.allclose(a, b, atol=1e-12, rtol=1e-10), name
-
-
-def test_optimizer_steps_each_member_with_its_own_lr_and_decay() -> None:
-    """Members with different step sizes and decays: each moves as torch's optimizer moves it alone."""
-    base = Config(optimizer="gd", lr=0.5)
-    configs = [base, base.replace(lr=0.1), base.replace(lr=0.1, weight_decay=0.3)]
-    ours = Model(base, SEEDS).double()
-    opt = EnsembleOptimizer(list(ours.named_parameters()), configs)
-    tokens = eval_tokens(base, base.train_length, samples=16, seed=1)
-    y = targets(tokens, base.offset)
-    gs = grads(ours(tokens).logits, y, ours)
-    before = [p.detach().clone() for p in ours.parameters()]
-    for p, g in zip(ours.parameters(), gs):
-        p.grad = g
-    opt.step(torch.ones(len(SEEDS), dtype=torch.bool))
-    for (name, p), old, g in zip(ours.named_parameters(), before, gs):
-        for s, c in enumerate(configs):
-            decay = c.weight_decay if name not in TABLES else 0.0
-            assert torch.allclose(p[s], old[s] - c.lr * (g[s] + decay * old[s]), atol=1e-12), (name, s)
+        train(c.replace(steps=1), [0], progress=False, gradient="tables")
 
 
 def test_runs_with_different_recipes_train_as_if_alone() -> None:
@@ -143,25 +94,8 @@ def test_runs_with_different_recipes_train_as_if_alone() -> None:
 def test_runs_must_share_their_shape() -> None:
     with pytest.raises(ConfigError, match="may differ only in"):
         train_runs([(Config(), 0), (Config(vocab=8), 0)])
-    with pytest.raises(ConfigError, match="one optimizer"):
-        EnsembleOptimizer(list(Model(Config(), [0, 1]).named_parameters()), [Config(), Config(optimizer="gd")])
-
-
-def test_ensemble_adam_leaves_inactive_members_exactly_alone() -> None:
-    c = Config(weight_decay=0.1)
-    model = Model(c, SEEDS)
-    opt = EnsembleOptimizer(list(model.named_parameters()), [c] * len(SEEDS))
-    tokens = eval_tokens(c, c.train_length, samples=32, seed=1)
-    active = torch.tensor([True, False, True])
-    for _ in range(3):
-        model.zero_grad(set_to_none=False)
-        model(tokens).logits.square().sum().backward()
-        before = [p.detach().clone() for p in model.parameters()]
-        opt.step(active)
-    for p, old in zip(model.parameters(), before):
-        assert torch.equal(p[1], old[1]) and not torch.equal(p[0], old[0])
-    assert opt.t.tolist() == [3.0, 0.0, 3.0]
-    assert all(float(m[1].abs().max()) == 0.0 for m in opt.m)
+    with pytest.raises(ConfigError, match="may differ only in"):  # one ensemble, one update rule
+        train_runs([(Config(), 0), (Config(optimizer="gd"), 1)])
 
 
 def test_ensemble_member_equals_the_same_seed_trained_alone() -> None:
@@ -177,21 +111,15 @@ def test_ensemble_member_equals_the_same_seed_trained_alone() -> None:
         assert torch.allclose(a[1], b[0], atol=1e-5, rtol=0)
 
 
-def test_trained_accuracy_is_the_same_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Training through the tables and through the plain path: same losses and held-out accuracy."""
+def test_trained_accuracy_is_the_same_on_both_paths() -> None:
+    """Training through the tables and through autograd on the reference: same losses and held-out accuracy."""
     c = Config(steps=80, target_accuracy=None)
-    fast = train(c, seeds=[0], progress=False)
-    monkeypatch.setattr(Model, "use_tables", False)
-    plain = train(c, seeds=[0], progress=False)
+    fast = train(c, seeds=[0], progress=False, gradient="tables")
+    plain = train(c, seeds=[0], progress=False, gradient="autograd")
     assert np.allclose(fast.loss[:40], plain.loss[:40], atol=1e-4, rtol=0)
     lengths = [c.train_length, 2 * c.train_length]
     acc_fast, acc_plain = evaluate(fast, lengths, samples=500).accuracy(), evaluate(plain, lengths, samples=500).accuracy()
     assert np.allclose(acc_fast, acc_plain, atol=0.02, rtol=0)
-
-
-def mean_loglik(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Each member's mean log-likelihood of the targets (S,): what training maximises."""
-    return logits.log_softmax(-1).gather(-1, target).mean((1, 2))
 
 
 @pytest.mark.parametrize("length", [32, 21])
@@ -205,9 +133,9 @@ def test_table_step_gradients_match_autograd(encoding: str, mlp: bool, residual:
     tokens = torch.randint(c.vocab, (len(SEEDS), 24, length), generator=generator(3))
     target = tokens[..., length - 1 - c.offset:length - c.offset]
     step = TableStep(c, model.encoding, table_rows=c.train_length)
-    loglik, correct, grad = step.step(step.pack(model), tokens, target)
-    logits = model.forward_positions(tokens).logits
-    ref_ll = mean_loglik(logits, target)
+    loglik, correct, grad = step(step.pack(model), tokens, target)
+    logits = model(tokens).logits
+    ref_ll = log_likelihood(logits, target)
     assert torch.allclose(loglik, ref_ll, atol=1e-12, rtol=0)
     assert correct.tolist() == (logits.argmax(-1, keepdim=True) == target).sum((1, 2)).tolist()
     ref = dict(zip([n for n, _ in model.named_parameters()], torch.autograd.grad(-ref_ll.sum(), list(model.parameters()))))
@@ -240,43 +168,12 @@ def test_table_step_pack_and_views_round_trip() -> None:
         assert torch.equal(p[0], old[0]) and torch.equal(p[1, rows:], old[1, rows:]), name
 
 
-@pytest.mark.parametrize("fused", [True, False])
-@pytest.mark.parametrize("optimizer,weight_decay", [("adam", 0.0), ("adam", 0.1), ("gd", 0.0), ("gd", 0.1)])
-def test_flat_optimizer_matches_ensemble_optimizer(optimizer: str, weight_decay: float, fused: bool,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """FlatOptimizer on the table path's buffer takes the steps EnsembleOptimizer takes per parameter
-    (per-member step sizes, decay on the matrices only), through torch's fused Adam kernel or not."""
-    monkeypatch.setattr(train_module, "_FUSED_ADAM", fused and train_module._FUSED_ADAM)
-    base = Config(encoding="ape", optimizer=optimizer, weight_decay=weight_decay)
-    configs = [base, base.replace(lr=3e-3), base.replace(lr=2e-2)]
-    ref_model, flat_model = Model(base, SEEDS).double(), Model(base, SEEDS).double()
-    ref = EnsembleOptimizer(list(ref_model.named_parameters()), configs)
-    step = TableStep(base, flat_model.encoding)  # every APE row
-    decay = torch.zeros_like(step.pack(flat_model))
-    for name, view in step.views(decay).items():
-        view[:] = torch.tensor([c.weight_decay if name not in TABLES else 0.0 for c in configs],
-                               dtype=decay.dtype).view(-1, *[1] * (view.dim() - 1))
-    flat = FlatOptimizer(optimizer, step.pack(flat_model), [c.lr for c in configs], decay if weight_decay else None)
-    gen = generator(4)
-    for _ in range(4):
-        grads = [torch.randn(p.shape, generator=gen, dtype=p.dtype) for p in ref_model.parameters()]
-        for p, g in zip(ref_model.parameters(), grads):
-            p.grad = g.clone()
-        ref.step(torch.ones(len(SEEDS), dtype=torch.bool))
-        g_flat = torch.zeros_like(flat.params)
-        for (name, _), g in zip(ref_model.named_parameters(), grads):
-            step.views(g_flat)[name].copy_(g)
-        flat.step(g_flat)
-    for name, p in ref_model.named_parameters():
-        assert torch.allclose(step.views(flat.params)[name], p, atol=1e-12, rtol=1e-10), name
-
-
 def test_one_layer_training_takes_the_hand_written_step(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("TableStep.step called")
+        raise RuntimeError("TableStep.backward called")
 
-    monkeypatch.setattr(TableStep, "step", broken)
-    with pytest.raises(RuntimeError, match="TableStep.step called"):
+    monkeypatch.setattr(TableStep, "backward", broken)
+    with pytest.raises(RuntimeError, match="TableStep.backward called"):
         train(Config(steps=3), [0], progress=False)
     train(Config(steps=3, layers=2), [0], progress=False)  # deeper models train through autograd
 
@@ -317,14 +214,13 @@ def test_checkpoints_see_the_current_model_and_can_stop_training(layers: int) ->
 
 
 @pytest.mark.parametrize("scope", ["matrices", "all"])
-def test_table_path_trains_like_autograd_with_variable_lengths_and_decay(scope: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_table_path_trains_like_autograd_with_variable_lengths_and_decay(scope: str) -> None:
     """APE with variable training lengths and weight decay (on the matrices only, where untrained table rows
     stay out of the buffer, or on every row): the table path ends where the autograd path ends."""
     c = Config(encoding="ape", min_train_length=12, train_length=24, steps=30, target_accuracy=None,
                weight_decay=0.5, decay_scope=scope, max_length=64)
-    fast = train(c, [0, 1], progress=False)
-    monkeypatch.setattr(Model, "use_tables", False)
-    plain = train(c, [0, 1], progress=False)
+    fast = train(c, [0, 1], progress=False, gradient="tables")
+    plain = train(c, [0, 1], progress=False, gradient="autograd")
     assert np.allclose(fast.loss, plain.loss, atol=1e-5, rtol=0)
     for (name, a), b in zip(fast.model.named_parameters(), plain.model.parameters()):
         assert torch.allclose(a, b, atol=1e-5, rtol=0), name

@@ -1,0 +1,340 @@
+"""The fast one-layer model: attention logits read from tables over the vocabulary, with a hand-written
+backward pass. The same numbers as the reference ``model.Model.forward`` (tests/test_fast_paths.py
+checks logits, attention and every gradient in float64), at O(L + V^2) per sequence instead of O(L d^2).
+
+The input at position j holding token b is E_b + P_j (P: additive position rows, if any), and the
+projections are linear, so the key k(b, j) = E_b Wk + P_j Wk and the last query q(a) = E_a Wq + P_(L-1) Wq
+depend on a token and a position only. Rotations compose (rotate(q, L-1) . rotate(k, j) = rotate(q, (L-1) - j) . k:
+RoPE sees offsets only), so every attention logit of the last query is an entry of one table, read at
+(x_j, j, x_L):
+
+    T[j, b, a] = q(a) . rotate(k(b, j), j - (L-1)) / sqrt(d) + bias(L-1, j)
+
+and the attention-weighted input is sum_j attn_j (E_(x_j) + P_j) = mass @ E + attn @ P, where mass_b is
+the attention on the positions holding token b. The value, output and (without an MLP) read-out
+projections are linear too, so they fold into small tables. Per sequence: a gather, a softmax, a
+scatter and a (V x V) product; the tables cost O(V^2 L d) once per call.
+
+Entry points, one per purpose: ``fast_forward(model, tokens)`` reads a model at its last query
+(evaluation; no gradient), ``TableStep`` is the training step: ``forward`` (logits and what the
+backward needs), ``backward`` (the gradient of every parameter), and calling it gives the training
+loop's gradient function.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from .config import Config
+from .encodings import Encoding, LearnedAbsolute, Sinusoidal
+from .model import Layout, Model, Output, log_likelihood_gradient
+
+
+def applies(model: Model) -> bool:
+    """Whether the tables compute this model: one layer (its output at the last query)."""
+    return len(model.layers) == 1
+
+
+@torch.no_grad()
+def fast_forward(model: Model, tokens: torch.Tensor) -> Output:
+    """The model's output at its last query by the fastest exact path: the tables for a one-layer model
+    (``applies``), else the reference ``model(tokens)``. No gradient: for evaluation.
+
+    tokens: (B, L) or (S, B, L) int64. Returns logits (S, B, V) and attentions (for one layer: one
+    tensor (S, B, 1, L)), the reference's numbers up to float rounding.
+    """
+    if not applies(model):
+        return model(tokens)
+    step = TableStep(model.config, model.encoding)
+    S, (B, L) = model.members, tokens.shape[-2:]
+    logits, saved = step.forward(step.pack(model), tokens.expand(S, B, L))
+    return Output(logits, [saved["attn"][:, :, None]])
+
+
+class TableConstants(NamedTuple):
+    """What the tables need per (encoding, sizes, length): fixed rows, rotation, bias."""
+
+    rows: torch.Tensor | None  # (1, L, d) fixed additive rows (sinusoidal), else None
+    trig: torch.Tensor | None  # (L, d): (cos, sin) of pair p's angle at offset j - (L-1), for pairwise rotations
+    bias: torch.Tensor | None  # (L,) additive logit bias of the last query on key position j
+
+
+def rotates(enc: Encoding) -> bool:
+    """Whether the encoding rotates queries and keys."""
+    return type(enc).rotate is not Encoding.rotate
+
+
+def table_constants(enc: Encoding, d: int, L: int, dtype: torch.dtype, device: torch.device) -> TableConstants:
+    """The constants of the tables at length L (cached for the last few shapes: training reuses one)."""
+    key = (type(enc).__name__, getattr(enc, "base", None), getattr(enc, "slope", None), d, L, dtype, str(device))
+    hit = _CONSTANTS.get(key)
+    if hit is not None:
+        return hit
+    pos = torch.arange(L, device=device)
+    back = (L - 1) - pos
+    rows = enc.add(L) if isinstance(enc, Sinusoidal) else None
+    rows = None if rows is None else rows.to(dtype)
+    trig = None
+    if rotates(enc):  # turn pairs (1, 0) and (0, 1) by j - (L-1): a pairwise rotation gives (cos, sin) and (-sin, cos)
+        unit = torch.zeros(2, L, d, dtype=torch.float64, device=device)
+        unit[0, :, 0::2], unit[1, :, 1::2] = 1.0, 1.0
+        turned = enc.rotate(unit, -back)
+        cos, sin = turned[0, :, 0::2], turned[0, :, 1::2]
+        if torch.allclose(turned[1, :, 0::2], -sin) and torch.allclose(turned[1, :, 1::2], cos):
+            trig = turned[0].to(dtype)
+    bias = enc.bias(pos[-1:], pos)
+    bias = None if bias is None else bias[0].to(dtype)
+    const = TableConstants(rows, trig, bias)
+    if len(_CONSTANTS) >= 8:
+        _CONSTANTS.pop(next(iter(_CONSTANTS)))
+    _CONSTANTS[key] = const
+    return const
+
+
+_CONSTANTS: dict[tuple, TableConstants] = {}
+
+
+class TableStep(Layout):
+    """The training step of a one-layer model on the tables, with a hand-written backward pass.
+
+    The parameters of S members live in one (S, P) buffer (member-major; see ``views``), laid out so
+    that the step needs few and large products: per member, the block [E; APE rows] (V + R, d), the
+    block [Wq | Wk | Wv | U] (d, 3d + V), then Wo (and W1, W2 with an MLP). One product
+    [E; P] @ [Wq | Wk | Wv | U] gives the queries, keys, values and read-outs of every token and
+    position at once. ``table_rows``: the APE rows held in the buffer (default: all of them; training
+    without weight decay on the tables holds only the trained rows, the others never get a gradient).
+    """
+
+    def __init__(self, c: Config, encoding: Encoding, table_rows: int | None = None):
+        V, d = c.vocab, c.dim
+        self.c, self.enc, self.V, self.d = c, encoding, V, d
+        self.learned = isinstance(encoding, LearnedAbsolute)
+        self.fixed_rows = isinstance(encoding, Sinusoidal)
+        self.rotates = rotates(encoding)
+        if self.rotates and (self.learned or self.fixed_rows or type(encoding).add is not Encoding.add):
+            raise NotImplementedError("the tables have no encoding that both adds rows and rotates")
+        if self.rotates and table_constants(encoding, d, 2, torch.float64, torch.device("cpu")).trig is None:
+            raise NotImplementedError(f"{type(encoding).__name__} does not rotate pairs of dimensions; "
+                                      "the tables need it")
+        self.table_rows = (table_rows or c.max_length) if self.learned else 0  # APE rows in the buffer
+        shapes = [("EP", (V + self.table_rows, d)), ("W", (d, 3 * d + V)), ("Wo", (d, d))]
+        if c.mlp:
+            shapes += [("W1", (d, 4 * d)), ("W2", (4 * d, d))]
+        self.blocks, at = {}, 0
+        for name, shape in shapes:
+            self.blocks[name] = (at, shape)
+            at += shape[0] * shape[1]
+        self.size = at
+        self._cache: dict[tuple, tuple] = {}
+        self._views_of: torch.Tensor | None = None  # the buffer _views belong to
+        self._views_length, self._views = 0, {}
+
+    def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
+        at, (r, k) = self.blocks[name]
+        return buf[:, at:at + r * k].view(buf.shape[0], r, k)
+
+    def _buffer_views(self, buf: torch.Tensor, L: int) -> dict[str, torch.Tensor]:
+        """The blocks of ``buf`` and their transposes, made once per buffer and length (the trainer updates
+        its buffer in place, so the views stay valid)."""
+        if self._views_of is not buf or self._views_length != L:
+            V, d = self.V, self.d
+            v = {name: self.block(buf, name) for name in self.blocks}
+            v["U"] = v["W"][..., 3 * d:]
+            v["X"] = v["EP"][:, :V + L] if self.learned else v["EP"]
+            for name in [n for n in v if n != "EP"]:
+                v[name + "T"] = v[name].mT
+            self._views_of, self._views_length, self._views = buf, L, v
+        return self._views
+
+    def views(self, buf: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The model's parameters (by ``named_parameters`` name) as views of ``buf`` (S, P); the APE
+        table as its first ``table_rows`` rows."""
+        V, d = self.V, self.d
+        EP, W = self.block(buf, "EP"), self.block(buf, "W")
+        out = {"embed": EP[:, :V]}
+        if self.learned:
+            out["encoding.table"] = EP[:, V:]
+        out.update({"layers.0.wq": W[..., :d], "layers.0.wk": W[..., d:2 * d], "layers.0.wv": W[..., 2 * d:3 * d],
+                    "layers.0.wo": self.block(buf, "Wo")})
+        if self.c.mlp:
+            out.update({"layers.0.w1": self.block(buf, "W1"), "layers.0.w2": self.block(buf, "W2")})
+        out["unembed"] = W[..., 3 * d:]
+        return out
+
+    no_autograd = True  # the training loop runs this gradient function in inference mode
+
+    def __call__(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The training loop's gradient function: tokens x (S, B, L) and targets (S, B, 1), int64, ->
+        (mean log-likelihood of the targets (S,), correct predictions (S,) int64, gradient of the mean
+        cross-entropy (S, P) in the buffer's layout). Uses no autograd."""
+        logits, saved = self.forward(buf, x)
+        loglik, g = log_likelihood_gradient(logits, target)
+        correct = (logits.max(-1, keepdim=True).indices == target).sum((1, 2))  # the first maximum, as argmax
+        return loglik, correct, self.backward(saved, g)
+
+    def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Logits (S, B, V) at the last query of tokens x (S, B, L), and what ``backward`` needs (the
+        attention (S, B, L) under "attn").
+
+        The logit table is laid out T[j, b, a] (key position, key token, query token), so the entry of
+        key j of a sequence sits at j V^2 + x_j V + x_L. With RoPE, q(a) . rotate(k(b), j - (L-1)) =
+        sum_p cos(phi_jp) C_p[a, b] + sin(phi_jp) D_p[a, b], where C_p = q_p . k_p and D_p = q_p . (k_p
+        turned by 90 degrees) over the two dimensions of pair p: T = trig (L, d) @ CD (d, V^2), one
+        product forward and one backward, with no rotated copy of the queries or keys.
+        """
+        V, d, c = self.V, self.d, self.c
+        S, B, L = x.shape
+        const = table_constants(self.enc, d, L, buf.dtype, buf.device)
+        key = (L, x.dtype, buf.dtype, str(buf.device))
+        if key not in self._cache:  # per length: the j V^2 offsets, the scaled (cos, sin)
+            self._cache = {key: ((torch.arange(L, device=buf.device) * (V * V)).to(x.dtype),
+                                 None if const.trig is None else const.trig * (1.0 / math.sqrt(d)))}
+        jvv, trig = self._cache[key]
+        v = self._buffer_views(buf, L)
+        EP, W, Wo, U = v["EP"], v["W"], v["Wo"], v["U"]
+        rows = self.learned or self.fixed_rows
+        nr = L if rows else 0
+        at = V + L - 1  # the last position's row of X
+        if self.fixed_rows:
+            X = torch.cat((EP, const.rows.expand(S, L, d)), 1)
+            XT = X.mT
+        else:
+            X, XT = v["X"], v["XT"]
+        A = torch.bmm(X, W)  # (S, V + nr, 3d + V): [X Wq | X Wk | X Wv | X U]
+        Ak, Av = A[..., d:2 * d], A[..., 2 * d:3 * d]
+        Q = A[:, :V, :d] + A[:, at:at + 1, :d] if rows else A[:, :V, :d]  # (E + P_(L-1)) Wq
+        last = x[..., -1:]  # (S, B, 1): the query token
+        saved = dict(X=X, XT=XT, A=A, Ak=Ak, Av=Av, x=x, last=last, trig=trig, views=v, S=S, B=B, L=L)
+        small = False
+        if self.rotates:
+            p = d // 2
+            Xq = Q.reshape(S, V, p, 2).permute(0, 2, 3, 1).reshape(S * p, 2, V)  # q by pair: (2, a)
+            Kp = Ak[:, :V].reshape(S, V, p, 2).transpose(1, 2)  # (S, p, b, 2)
+            Yt = torch.stack((Kp, torch.stack((Kp[..., 1].neg(), Kp[..., 0]), -1)), 2).view(S * p, 2 * V, 2)
+            CD = torch.bmm(Yt, Xq).view(S, d, V * V)  # (C_p, D_p)[b, a]
+            T = torch.matmul(trig, CD)  # (S, L, V^2): T[j, b, a], scaled by 1/sqrt(d)
+            saved.update(Xq=Xq, Yt=Yt)
+        else:
+            Qs = Q * (1.0 / math.sqrt(d))
+            TP = torch.bmm(Ak, Qs.transpose(1, 2))  # (S, V + nr, V): [k(b) . q(a); P_j Wk . q(a)]
+            if rows:
+                T = TP[:, None, :V] + TP[:, V:, None]  # (S, L, V, V)
+            elif const.bias is not None:
+                T = TP[:, None] + const.bias[:, None, None]
+            else:
+                T, small = TP, True  # (V, V): no position at all
+            saved.update(Qs=Qs)
+        index = torch.add(last, x, alpha=V) if small else torch.add(jvv, last).add_(x, alpha=V)
+        T = T.reshape(S, -1)
+        index = index.view(S, B * L)
+        attn = T.gather(1, index).view(S, B, L).softmax(-1)
+        # y = mass @ (E Wv Wo') + attn @ (P Wv Wo') + onehot(x_L) @ R, as one product of
+        # MA = [mass over tokens | attention over positions | query token] and Yv = [E Wv Wo'; P Wv Wo'; R]
+        # (Wo' = Wo U without an MLP, else Wo; R = the query's own input (E + P_(L-1)), read out without an MLP)
+        na = V + nr  # columns of MA that carry attention
+        MA = torch.zeros(S, B, na + (V if c.residual else 0), dtype=attn.dtype, device=attn.device)
+        MA[..., :V].scatter_add_(2, x, attn)
+        if rows:
+            MA[..., V:na].copy_(attn)
+        WoU = Wo if c.mlp else torch.bmm(Wo, U)
+        Yv = torch.bmm(Av, WoU)  # (S, V + nr, Y): what a unit of attention on a token / position adds
+        if c.residual:
+            MA[..., na:].scatter_(2, last, 1.0)
+            if c.mlp:
+                R = X[:, :V] + X[:, at:at + 1] if rows else X[:, :V]
+            else:
+                R = A[:, :V, 3 * d:] + A[:, at:at + 1, 3 * d:] if rows else A[:, :V, 3 * d:]
+            Yv = torch.cat((Yv, R), 1)
+        y = torch.bmm(MA, Yv)
+        saved.update(small=small, T=T, index=index, attn=attn, MA=MA, WoU=WoU, Yv=Yv, y=y)
+        if c.mlp:
+            z = torch.bmm(y, v["W1"])
+            r = torch.relu(z)
+            out = torch.baddbmm(y, r, v["W2"]) if c.residual else torch.bmm(r, v["W2"])
+            saved.update(z=z, r=r, out=out)
+            return torch.bmm(out, U), saved
+        return y, saved
+
+    def backward(self, saved: dict, g: torch.Tensor) -> torch.Tensor:
+        """The gradient (S, P), in the buffer's layout, of a loss whose gradient by the logits is g (S, B, V),
+        from what ``forward`` saved."""
+        V, d, c = self.V, self.d, self.c
+        S, B, L, x, v = saved["S"], saved["B"], saved["L"], saved["x"], saved["views"]
+        A, MA, Yv, attn = saved["A"], saved["MA"], saved["Yv"], saved["attn"]
+        rows = self.learned or self.fixed_rows
+        nr = L if rows else 0
+        na, at = V + nr, V + L - 1
+        mT = torch.Tensor.mT.__get__
+        if c.mlp:
+            out, r, z, y = saved["out"], saved["r"], saved["z"], saved["y"]
+            gU = torch.bmm(mT(out), g)
+            g_out = torch.bmm(g, v["UT"])
+            gW2 = torch.bmm(mT(r), g_out)
+            g_z = torch.bmm(g_out, v["W2T"]).masked_fill_(z <= 0, 0.0)  # relu's derivative: 1 where z > 0
+            gW1 = torch.bmm(mT(y), g_z)
+            g_y = torch.baddbmm(g_out, g_z, v["W1T"]) if c.residual else torch.bmm(g_z, v["W1T"])
+        else:
+            g_y = g
+        g_Yv = torch.bmm(mT(MA), g_y)  # (S, V + nr (+ V), Y)
+        g_MA = torch.bmm(g_y, mT(Yv[:, :na]))  # (S, B, V + nr)
+        g_attn = g_MA[..., :V].gather(2, x)
+        if rows:
+            g_attn += g_MA[..., V:]
+        g_s = g_attn.sub_((g_attn * attn).sum(-1, keepdim=True)).mul_(attn)  # through the softmax
+        g_T = torch.zeros_like(saved["T"]).scatter_add_(1, saved["index"], g_s.view(S, -1))
+        if self.rotates:
+            p, Xq, Yt = d // 2, saved["Xq"], saved["Yt"]
+            g_CD = torch.matmul(mT(saved["trig"]), g_T.view(S, L, V * V)).view(S * p, 2 * V, V)
+            g_Y = torch.bmm(g_CD, mT(Xq)).view(S, p, 2, V, 2)
+            g_Q = torch.bmm(mT(Yt), g_CD).view(S, p, 2, V).permute(0, 3, 1, 2).reshape(S, V, d)
+            g_turned = g_Y[:, :, 1]  # d / d (-k_o, k_e)
+            g_K = (g_Y[:, :, 0] + torch.stack((g_turned[..., 1], g_turned[..., 0].neg()), -1)).transpose(1, 2)
+            g_K = g_K.reshape(S, V, d)
+        else:
+            if saved["small"]:
+                g_TP = g_T.view(S, V, V)
+            elif rows:
+                g4 = g_T.view(S, L, V, V)
+                g_TP = torch.cat((g4.sum(1), g4.sum(2)), 1)  # (S, V + L, V)
+            else:
+                g_TP = g_T.view(S, L, V, V).sum(1)
+            g_Q = torch.bmm(mT(g_TP), saved["Ak"]).mul_(1.0 / math.sqrt(d))
+            g_K = torch.bmm(g_TP, saved["Qs"])  # (S, V + nr, d)
+        Av, WoU = saved["Av"], saved["WoU"]
+        g_WoU = torch.bmm(mT(Av), g_Yv[:, :na])  # (S, d, Y)
+        g_Av = torch.bmm(g_Yv[:, :na], mT(WoU))  # (S, V + nr, d)
+        g_R = g_Yv[:, na:] if c.residual else None
+        g_Ru = g_R if (g_R is not None and not c.mlp) else None
+        if rows:
+            g_A = torch.zeros_like(A)
+            g_A[:, :V, :d] = g_Q
+            g_A[:, at, :d] += g_Q.sum(1)
+            g_A[..., d:2 * d] = g_K
+            g_A[..., 2 * d:3 * d] = g_Av
+            if g_Ru is not None:
+                g_A[:, :V, 3 * d:] = g_Ru
+                g_A[:, at, 3 * d:] += g_Ru.sum(1)
+        else:
+            g_A = torch.cat((g_Q, g_K, g_Av, g_Ru if g_Ru is not None else g_Q.new_zeros(S, V, V)), 2)
+        gW = torch.bmm(saved["XT"], g_A)  # (S, d, 3d + V)
+        g_X = torch.bmm(g_A, v["WT"])  # (S, V + nr, d)
+        if c.mlp:
+            gWo = g_WoU
+            gW[..., 3 * d:] = gU
+            if g_R is not None:
+                g_X[:, :V] += g_R
+                if rows:
+                    g_X[:, at] += g_R.sum(1)
+        else:
+            gWo = torch.bmm(g_WoU, v["UT"])
+            gW[..., 3 * d:] += torch.bmm(v["WoT"], g_WoU)
+        if self.learned:
+            g_EP = g_X if L == self.table_rows else torch.cat((g_X, g_X.new_zeros(S, self.table_rows - L, d)), 1)
+        else:
+            g_EP = g_X[:, :V]
+        parts = [g_EP, gW, gWo] + ([gW1, gW2] if c.mlp else [])
+        return torch.cat([t.reshape(S, -1) for t in parts], 1)
