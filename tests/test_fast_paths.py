@@ -178,18 +178,21 @@ def test_one_layer_training_takes_the_hand_written_step(monkeypatch: pytest.Monk
     train(Config(steps=3, layers=2), [0], progress=False)  # deeper models train through autograd
 
 
-def test_stopped_member_history_repeats_its_last_step() -> None:
+@pytest.mark.parametrize("gradient", ["tables", "autograd"])
+def test_stopped_member_history_repeats_its_last_step(gradient: str) -> None:
     """A member that stops early leaves the batch; its rows after the stop repeat its last step, so its
-    final accuracy and loss are the ones it ends with alone."""
+    final accuracy and loss are the ones it ends with alone. The same on both gradient functions."""
     c = Config(steps=150, target_accuracy=0.9)
-    together = train(c, seeds=[1, 2, 0], progress=False)
+    together = train(c, seeds=[1, 2, 0], progress=False, gradient=gradient)
     first = int(np.argmin(together.steps))
     n = int(together.steps[first])
     assert n < len(together.accuracy)
     assert (together.accuracy[n:, first] == together.accuracy[n - 1, first]).all()
     assert (together.loss[n:, first] == together.loss[n - 1, first]).all()
-    alone = train(c, seeds=[together.seeds[first]], progress=False)
+    alone = train(c, seeds=[together.seeds[first]], progress=False, gradient=gradient)
     assert np.allclose(together.accuracy[-1, first], alone.accuracy[-1, 0]) and len(alone.accuracy) == n
+    for a, b in zip(together.model.parameters(), alone.model.parameters()):
+        assert torch.allclose(a[first], b[0], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -229,9 +232,17 @@ def test_table_path_trains_like_autograd_with_variable_lengths_and_decay(scope: 
     assert torch.equal(table[:, c.train_length:], untouched) == (scope == "matrices")
 
 
-def test_members_with_no_budget_keep_their_initial_parameters() -> None:
+@pytest.mark.parametrize("gradient", ["tables", "autograd"])
+def test_members_with_no_budget_keep_their_initial_parameters(gradient: str) -> None:
+    """A budget of 0: initial parameters and NaN history rows, on both gradient functions; alone, an empty history."""
     c = Config(steps=10, target_accuracy=None)
-    idle, busy = train_runs([(c.replace(steps=0), 0), (c, 1)], progress=False)
-    assert idle.steps.tolist() == [0] and busy.steps.tolist() == [10] and np.isnan(idle.loss).all()
+    idle, busy = train_runs([(c.replace(steps=0), 0), (c, 1)], progress=False, gradient=gradient)
+    assert idle.steps.tolist() == [0] and busy.steps.tolist() == [10]
+    assert idle.loss.shape == (10, 1) and np.isnan(idle.loss).all() and np.isnan(idle.accuracy).all()
+    assert np.isfinite(busy.loss).all()
     for a, b in zip(idle.model.parameters(), Model(c, [0]).parameters()):
+        assert torch.equal(a, b)
+    alone = train(c.replace(steps=0), [0], progress=False, gradient=gradient)
+    assert alone.loss.shape == (0, 1) and alone.steps.tolist() == [0]
+    for a, b in zip(alone.model.parameters(), Model(c, [0]).parameters()):
         assert torch.equal(a, b)

@@ -1,0 +1,154 @@
+"""The one optimiser (lengthgen.optim): every update rule against a hand computation in float64, Adam and
+gradient descent against torch.optim, members leaving the buffer (``keep``), and the private torch kernel
+it relies on for speed."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen import optim
+from lengthgen.optim import RULES, Optimizer, fused_adam_available
+from lengthgen.task import generator
+
+LR = [0.1, 0.03, 0.2]  # one step size per member
+B1, B2, EPS = 0.9, 0.999, 1e-8
+
+
+def gradients(steps: int, shape: tuple[int, int] = (3, 7)) -> list[torch.Tensor]:
+    """Seeded float64 gradients (S, P), one per step, with an entry of exactly 0 (sign(0) = 0)."""
+    gen = generator(11)
+    out = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(steps)]
+    for g in out:
+        g[:, 0] = 0.0
+    return out
+
+
+def by_hand(rule: str, p0: np.ndarray, grads: list[np.ndarray], decay: np.ndarray) -> np.ndarray:
+    """The update rules of optim's table, entry by entry in plain Python floats: p (S, P) after the steps."""
+    p = p0.copy()
+    S, P = p.shape
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, start=1):
+        for s in range(S):
+            norm = math.sqrt(sum(float(x) ** 2 for x in g[s]))
+            for i in range(P):
+                x = float(g[s, i])
+                if rule == "gd":
+                    u = x
+                elif rule == "ngd":
+                    u = x / norm
+                elif rule == "sign":
+                    u = float(np.sign(x))
+                elif rule == "signum":
+                    m[s, i] = B1 * m[s, i] + (1 - B1) * x
+                    u = float(np.sign(m[s, i]))
+                else:  # adam
+                    m[s, i] = B1 * m[s, i] + (1 - B1) * x
+                    v[s, i] = B2 * v[s, i] + (1 - B2) * x * x
+                    u = (m[s, i] / (1 - B1**t)) / (math.sqrt(v[s, i] / (1 - B2**t)) + EPS)
+                p[s, i] = p[s, i] - LR[s] * (u + decay[s, i] * p[s, i])
+    return p
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_matches_a_hand_computation(rule: str, weight_decay: float) -> None:
+    """Four steps of three members with their own step sizes (and decay on some entries only)."""
+    grads = gradients(4)
+    p0 = torch.randn(3, 7, generator=generator(12), dtype=torch.float64)
+    decay = torch.zeros_like(p0)
+    decay[:, 3:] = weight_decay
+    opt = Optimizer(rule, p0.clone(), LR, decay if weight_decay else None)
+    for g in grads:
+        opt.step(g.clone())
+    want = by_hand(rule, p0.numpy(), [g.numpy() for g in grads], decay.numpy())
+    assert np.allclose(opt.params.numpy(), want, rtol=1e-12, atol=1e-14)
+    assert opt.t == 4
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adam_matches_torch_adamw(weight_decay: float, fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each member's row moves as torch.optim.AdamW moves it alone (float64), through torch's fused kernel
+    (without weight decay) or separate operations."""
+    monkeypatch.setattr(optim, "_FUSED_ADAM", fused and optim._FUSED_ADAM)
+    grads = gradients(6)
+    p0 = torch.randn(3, 7, generator=generator(13), dtype=torch.float64)
+    decay = torch.full_like(p0, weight_decay)
+    ours = Optimizer("adam", p0.clone(), LR, decay if weight_decay else None)
+    rows = [torch.nn.Parameter(p0[s].clone()) for s in range(3)]
+    theirs = [torch.optim.AdamW([rows[s]], lr=LR[s], betas=(B1, B2), eps=EPS, weight_decay=weight_decay)
+              for s in range(3)]
+    for g in grads:
+        ours.step(g.clone())
+        for s in range(3):
+            rows[s].grad = g[s].clone()
+            theirs[s].step()
+    for s in range(3):
+        assert torch.allclose(ours.params[s], rows[s].detach(), rtol=1e-12, atol=1e-15), s
+
+
+def test_gradient_descent_matches_torch_sgd() -> None:
+    """Decoupled decay p <- p - lr (g + wd p) is SGD's coupled decay for plain gradient descent."""
+    grads = gradients(5)
+    p0 = torch.randn(3, 7, generator=generator(14), dtype=torch.float64)
+    ours = Optimizer("gd", p0.clone(), LR, torch.full_like(p0, 0.3))
+    rows = [torch.nn.Parameter(p0[s].clone()) for s in range(3)]
+    theirs = [torch.optim.SGD([rows[s]], lr=LR[s], weight_decay=0.3) for s in range(3)]
+    for g in grads:
+        ours.step(g.clone())
+        for s in range(3):
+            rows[s].grad = g[s].clone()
+            theirs[s].step()
+    for s in range(3):
+        assert torch.allclose(ours.params[s], rows[s].detach(), rtol=1e-12, atol=1e-15), s
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_keep_drops_members_and_the_others_go_on_as_if_alone(rule: str) -> None:
+    """Members 0 and 2 of three, after member 1 leaves at step 2, end exactly where the two alone end;
+    ``keep`` also reorders."""
+    grads = gradients(5)
+    p0 = torch.randn(3, 7, generator=generator(15), dtype=torch.float64)
+    decay = torch.rand(3, 7, generator=generator(16), dtype=torch.float64)
+    three = Optimizer(rule, p0.clone(), LR, decay.clone())
+    two = Optimizer(rule, p0[[2, 0]].clone(), [LR[2], LR[0]], decay[[2, 0]].clone())
+    for t, g in enumerate(grads):
+        if t == 2:
+            three.keep(torch.tensor([2, 0]))
+        three.step(g.clone() if t < 2 else g[[2, 0]].clone())
+        two.step(g[[2, 0]].clone())
+    assert torch.equal(three.params, two.params)
+
+
+def test_adam_denominator_is_the_root_of_the_corrected_second_moment() -> None:
+    g = gradients(1)[0]
+    opt = Optimizer("adam", torch.zeros(3, 7, dtype=torch.float64), LR, fused=False)
+    with pytest.raises(ValueError, match="after a step"):
+        opt.adam_denominator()
+    opt.step(g.clone())
+    assert torch.allclose(opt.adam_denominator(), g.abs(), rtol=1e-12, atol=0)  # v_hat = g^2 after one step
+    with pytest.raises(ValueError, match="only Adam"):
+        Optimizer("gd", torch.zeros(3, 7), LR).adam_denominator()
+
+
+def test_bad_arguments_say_what_to_change() -> None:
+    with pytest.raises(ValueError, match="use one of adam, gd, ngd, sign, signum"):
+        Optimizer("sgd", torch.zeros(3, 2), LR)
+    with pytest.raises(ValueError, match="members, parameters"):
+        Optimizer("gd", torch.zeros(3), LR)
+    with pytest.raises(ValueError, match="3 step sizes for 2 members"):
+        Optimizer("gd", torch.zeros(2, 4), LR)
+
+
+def test_the_installed_torch_has_the_fused_adam_kernel() -> None:
+    """optim uses the private torch._fused_adamw_ (torch >= 2.4) for Adam without weight decay; without it
+    Adam falls back to separate operations: the same numbers, several times slower."""
+    if not fused_adam_available():
+        pytest.fail(f"torch {torch.__version__} has no working torch._fused_adamw_ (the one-pass CPU Adam kernel): "
+                    "lengthgen.optim falls back to slower separate operations; install torch>=2.4,<2.14 "
+                    "(requirements.txt) or, if a newer torch renamed it, update optim.fused_adam_available")
