@@ -25,16 +25,19 @@ test: venv
 	scripts/install_chromium.sh
 	LENGTHGEN_BROWSER_TEST=required $(BIN)/python -m pytest -q tests -m browser
 
-# The book: execute every chapter with papermill into _build/book, then build _build/html (-W).
+# The book (lengthgen/book.py): fill the sweep cache, execute every chapter with papermill into _build/book
+# (chapters already executed from the same sources are kept), then build _build/html (-W). Resumable.
 book: venv
 	$(BIN)/python -m lengthgen.book
 
 book-quick: venv
 	$(BIN)/python -m lengthgen.book --quick
 
-# The sweeps of chapter 8 (issue 7), into the results cache that the chapter reads (.lengthgen-cache/).
+# Every grid in sweeps/ into the results cache the chapters read (.lengthgen-cache/), on all cores; the first step
+# of `make book`, alone. Resumable: an interrupted run keeps its finished runs. CI passes
+# SWEEPS_FLAGS=--prune-cache (drop results of other code versions before the cache is saved).
 sweeps: venv
-	for grid in sweeps/*.json; do $(BIN)/python -m lengthgen sweep $$grid --workers 2 || exit 1; done
+	$(BIN)/python -m lengthgen.book --sweeps-only $(SWEEPS_FLAGS)
 
 # Speed (issue 6): medians and ratios in one run, printed and written to benchmarks/results.json.
 bench: venv

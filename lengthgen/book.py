@@ -435,6 +435,7 @@ def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
     p.add_argument("--no-build", action="store_true", help="execute only, do not build the HTML")
     p.add_argument("--sweeps-only", action="store_true", help="fill the sweep cache and stop (make sweeps)")
     p.add_argument("--no-sweeps", action="store_true", help="skip the sweep step (chapters compute what is missing)")
+    p.add_argument("--prune-cache", action="store_true", help="first delete cached results of other code versions")
     p.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: this machine's cores)")
     p.add_argument("--cell-timeout", type=float, default=None, help="seconds per cell (default: no limit)")
     p.add_argument("--force", action="store_true", help="execute every chapter, even those up to date")
@@ -442,6 +443,11 @@ def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
     a = p.parse_args(argv)
     if a.workers is not None and a.workers < 0:
         p.error(f"--workers {a.workers}: use 0 (this process) or a number of processes")
+    if a.prune_cache:
+        from .cache import Cache
+
+        pruned = Cache().prune()
+        print(f"cache: removed {len(pruned)} folders of other code versions: {[p.name for p in pruned]}", flush=True)
     try:
         if a.sweeps_only:
             fill_sweeps(layout, a.quick, a.workers)

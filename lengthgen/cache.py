@@ -19,6 +19,8 @@ import hashlib
 import json
 import logging
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -119,6 +121,15 @@ class Cache:
             Path(tmp).unlink(missing_ok=True)
             raise
         return target
+
+    def prune(self) -> list[Path]:
+        """Delete the folders of other code versions under the root (no current code reads them); returns them.
+        Only folders named like a version (16 hex digits) are touched."""
+        others = [p for p in self.root.iterdir() if p.is_dir() and p != self.folder
+                  and re.fullmatch("[0-9a-f]{16}", p.name)] if self.root.exists() else []
+        for folder in others:
+            shutil.rmtree(folder)
+        return others
 
     def __len__(self) -> int:
         return len(list(self.folder.glob("[!.]*.json"))) if self.folder.exists() else 0

@@ -128,3 +128,13 @@ def test_entry_filed_under_another_key_counts_as_missing(tmp_path: Path, caplog:
     with caplog.at_level("WARNING", logger="lengthgen.cache"):
         assert c.get({"seed": 0}) is None
     assert "stored key differs" in caplog.text and str(c.path({"seed": 0})) in caplog.text
+
+
+def test_prune_removes_only_other_code_versions(tmp_path: Path) -> None:
+    current, old = Cache(tmp_path, version="0123456789abcdef"), Cache(tmp_path, version="fedcba9876543210")
+    current.put({"seed": 0}, {"accuracy": 1.0})
+    old.put({"seed": 0}, {"accuracy": 0.5})
+    (tmp_path / "notes").mkdir()  # not a version folder: left alone
+    assert current.prune() == [old.folder]
+    assert current.get({"seed": 0}) == {"accuracy": 1.0} and not old.folder.exists() and (tmp_path / "notes").exists()
+    assert Cache(tmp_path / "absent", version="v").prune() == []

