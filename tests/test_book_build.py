@@ -104,6 +104,8 @@ def test_a_chapter_whose_grid_is_missing_says_how_to_fill_it(tiny: book.Layout,
     (line,) = [x for x in capsys.readouterr().out.splitlines() if "over budget" in x]
     assert "chapter b took" in line and "tiny (2 runs)" in line, line
     assert "`make sweeps`" in line and "python -m lengthgen sweep sweeps/tiny.json --workers 0" in line, line
+    with pytest.raises(book.BuildError, match=r"not executed with the quick parameters: \['b'\]"):
+        book.build(tiny, quick=True, only=["a"], sweeps=False)  # the HTML step refuses a book of mixed modes
 
 
 def test_a_failed_or_interrupted_build_resumes(tiny: book.Layout, monkeypatch: pytest.MonkeyPatch) -> None:
