@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv run test book book-quick bench sweeps
+.PHONY: venv run test book book-quick bench sweeps lab
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,7 +13,18 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
+# Notebooks are committed without outputs: a git filter (nbstripout, cell ids kept) cleans them on `git add`,
+# and `git diff` compares them without outputs. Set up in a git checkout only; idempotent.
 venv: $(STAMP)
+	@if [ -d .git ]; then \
+	  $(BIN)/nbstripout --install && \
+	  git config filter.nbstripout.clean '"$(abspath $(BIN)/python)" -m nbstripout --keep-id' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN)/python)" -m nbstripout -t --keep-id'; fi
+
+# Rerun the chapters in JupyterLab (jupyterlab-myst renders their MyST; open book/NN_name.ipynb). As root
+# (containers, some cloud notebooks) jupyter refuses to start without --allow-root.
+lab: venv
+	$(BIN)/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
 run: venv
 	$(BIN)/python -m lengthgen
