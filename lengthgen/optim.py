@@ -97,8 +97,10 @@ class Optimizer:
         b1, b2 = self.betas
         if self.rule == "gd":
             return grad
-        if self.rule == "ngd":
-            return grad.div_(grad.norm(dim=1, keepdim=True).clamp_min(torch.finfo(grad.dtype).tiny))
+        if self.rule == "ngd":  # divided by its largest entry first: |g|^2 underflows once |g| < ~1e-154 in float64
+            tiny = torch.finfo(grad.dtype).tiny
+            grad.div_(grad.abs().amax(1, keepdim=True).clamp_min(tiny))
+            return grad.div_(grad.norm(dim=1, keepdim=True).clamp_min(tiny))
         if self.rule == "sign":
             return grad.sign_()
         if self.rule == "signum":
