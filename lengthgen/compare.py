@@ -1,12 +1,13 @@
 """Comparing results across settings and seeds: the statistics the book's robustness and sweep chapters
 state their verdicts with.
 
-- sweep rows (``Sweep.rows()``, one dict per model and length) are selected with :func:`select` and
-  summarized per group with :func:`stats` / :func:`line` (mean, standard error over seeds);
+- sweep results as a pandas DataFrame (:func:`frame`: one row per config, seed and evaluation length, with
+  every config field), selected with :func:`where` and summarized with :func:`summary` / :func:`at` /
+  :func:`line` (mean, standard error over seeds);
 - two summaries are compared by the two-standard-error rule (:func:`versus`), a paired before/after over
-  the same seeds by :func:`paired_change`;
+  the same seeds by :func:`paired_change` (arrays) or :func:`paired` (two selections of a frame);
 - one model's predicted failure length (from its kernel) against its measured one (:func:`failure_multiples`,
-  :func:`failure_verdict`);
+  :func:`failure_verdict`, :func:`failure_table`);
 - baselines and per-seed spreads for ``Evaluation`` results (:func:`frequency_guess`, :func:`spread`,
   :func:`share_beyond`, :func:`accuracy_at`).
 
@@ -18,13 +19,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import hashlib
+import json
+
 import numpy as np
+import pandas as pd
 import torch
 
 from .config import Config
 from .evaluate import Evaluation
 from .recipes import RECIPE_FIELDS
-from .sweep import failure_length, summarize
+from .sweep import Grid, Sweep, failure_length, summarize
 from .task import eval_tokens, targets
 
 # The outcomes of failure_verdict, in the order the book tabulates them.
@@ -32,26 +37,97 @@ VERDICTS = ("agrees", "fails earlier", "fails later", "fails, none predicted", "
             "neither fails")
 
 
-def select(rows: Sequence[dict], **where: Any) -> list[dict]:
-    """The rows whose field ``k`` equals ``v`` for every ``k=v`` in ``where`` (a missing field reads as None)."""
-    return [r for r in rows if all(r.get(k) == v for k, v in where.items())]
+KERNEL_FIELDS = ("margin_target", "margin_in_window", "margin_beyond", "predicted_failure_length", "qk_norm")
 
 
-def records_with(records: Sequence[dict], **config: Any) -> list[dict]:
-    """The sweep records (``Sweep.records``) whose config has ``k == v`` for every ``k=v`` in ``config``."""
-    return [r for r in records if all(r["config"][k] == v for k, v in config.items())]
+def frame(results: Sweep | Sequence[dict]) -> pd.DataFrame:
+    """Sweep results as a table: one row per (config, seed, evaluation length).
+
+    ``results``: a ``Sweep`` or its ``records`` (records of several grids may be concatenated). Columns: every
+    Config field (``steps`` is the budget), ``seed``, ``run`` (an id of the config and seed, the same in every
+    grid), ``recipe`` (``Config.recipe()``), ``length``, ``multiple`` (of the training length), ``chance``,
+    ``accuracy``, ``target_weight``, ``steps_trained`` (the early stop), ``seconds`` (training time per model:
+    its ensemble's time over its members), and what the grid recorded: ``argmax_at_target``,
+    ``argmax_at_pinned_layer1..n``, ``predicts_pinned``, and the kernel's ``KERNEL_FIELDS`` (RoPE; NaN where
+    none was recorded or, for ``predicted_failure_length``, none was predicted).
+    """
+    records = results.records if isinstance(results, Sweep) else results
+    out = []
+    for r in records:
+        c = r["config"]
+        key = json.dumps(c, sort_keys=True) + f"/{r['seed']}"
+        common = {**c, "seed": r["seed"], "run": hashlib.sha256(key.encode()).hexdigest()[:12],
+                  "recipe": Config(**c).recipe(), "steps_trained": r["steps"], "chance": 1.0 / c["vocab"],
+                  "seconds": r["batch_seconds"] / r["batch_members"] if "batch_seconds" in r else np.nan,
+                  **{k: r.get("kernel", {}).get(k) for k in KERNEL_FIELDS}}
+        for i, length in enumerate(r["lengths"]):
+            row = {**common, "length": length, "multiple": length / c["train_length"], "accuracy": r["accuracy"][i],
+                   "target_weight": r["target_weight"][i]}
+            if "argmax_at_target" in r:
+                row["argmax_at_target"] = r["argmax_at_target"][i]
+            if "argmax_at_pinned" in r:
+                row.update({f"argmax_at_pinned_layer{j + 1}": v for j, v in enumerate(r["argmax_at_pinned"][i])})
+                row["predicts_pinned"] = r["predicts_pinned"][i]
+            out.append(row)
+    df = pd.DataFrame(out)
+    return df.astype({k: float for k in KERNEL_FIELDS if k in df})
 
 
-def stats(rows: Sequence[dict], value: str, by: list[str], **where: Any) -> list[dict]:
-    """``summarize`` (mean, sem, min, max, n of ``value`` over seeds, per group of ``by``) of the rows
-    matching ``where``."""
-    return summarize(select(rows, **where), by, value)
+def where(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
+    """The rows of ``df`` whose column ``k`` equals ``v`` for every ``k=v`` (``v=None`` selects missing values);
+    a KeyError names the columns when ``k`` is not one."""
+    mask = np.ones(len(df), dtype=bool)
+    for k, v in eq.items():
+        if k not in df:
+            raise KeyError(f"no column {k!r}; the frame has {', '.join(map(str, df.columns))}")
+        mask &= df[k].isna().to_numpy() if v is None else (df[k] == v).to_numpy()
+    return df[mask]
 
 
-def line(rows: Sequence[dict], value: str, x: str, **where: Any) -> tuple[list, list, list]:
-    """(x values, means, standard errors) of ``value`` against field ``x``, for ``plots.sweep_lines``."""
-    s = stats(rows, value, [x], **where)
-    return [r[x] for r in s], [r["mean"] for r in s], [r["sem"] for r in s]
+def _stats(x: np.ndarray) -> dict:
+    """mean, standard error (ddof=1; 0 for one value), min, max and n of (n,) values (NaN left out)."""
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return dict(mean=np.nan, sem=np.nan, min=np.nan, max=np.nan, n=0)
+    sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+    return dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max()), n=len(x))
+
+
+def summary(df: pd.DataFrame, by: str | Sequence[str], value: str = "accuracy") -> pd.DataFrame:
+    """Mean, standard error over seeds, min, max and n of ``value`` per group of ``by`` (first-seen order),
+    as a frame indexed by ``by``."""
+    by = [by] if isinstance(by, str) else list(by)
+    out = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **_stats(g.to_numpy())}
+           for key, g in df.groupby(by, sort=False, dropna=False)[value]]
+    return pd.DataFrame(out, columns=by + ["mean", "sem", "min", "max", "n"]).set_index(by)
+
+
+def at(df: pd.DataFrame, value: str = "accuracy", **eq: Any) -> dict:
+    """One summary (mean, sem, min, max, n; Python numbers) of ``value`` over the rows matching ``eq`` (e.g.
+    ``multiple=4``); a ValueError when no row matches."""
+    x = where(df, **eq)[value]
+    if not len(x):
+        raise ValueError(f"no rows with {eq}")
+    return _stats(x.to_numpy())
+
+
+def line(df: pd.DataFrame, x: str, value: str = "accuracy", **eq: Any) -> tuple[list, list, list]:
+    """(x values, means, standard errors) of ``value`` against column ``x`` over the rows matching ``eq``,
+    for ``plots.sweep_lines``."""
+    s = summary(where(df, **eq), x, value)
+    return list(s.index), list(s["mean"]), list(s["sem"])
+
+
+def paired(before: pd.DataFrame, after: pd.DataFrame, value: str = "accuracy",
+           on: Sequence[str] = ("vocab", "offset", "seed", "multiple")) -> "PairedChange":
+    """``value`` changed from ``before`` to ``after``, paired by the ``on`` columns (only pairs in both count)."""
+    on = list(on)
+    last = lambda d: d[on + [value]].drop_duplicates(on, keep="last")  # noqa: E731  (a run in two grids counts once)
+    both = last(before).merge(last(after), on=on, suffixes=("_before", "_after"))
+    if not len(both):
+        raise ValueError(f"no rows to pair: before and after share no {tuple(on)}")
+    return paired_change(both[f"{value}_before"].to_numpy(), both[f"{value}_after"].to_numpy())
 
 
 def pm(s: dict) -> str:
@@ -100,27 +176,34 @@ def paired_change(before: np.ndarray, after: np.ndarray) -> PairedChange:
     return PairedChange(mean, sem, int((d > 0).sum()), int((d < 0).sum()), verdict)
 
 
-def failure_multiples(record: dict) -> tuple[float | None, float | None]:
-    """(predicted, measured) failure length of one RoPE sweep record with a "kernel" entry, in multiples of
-    its training length; None where none is predicted / none measured within the evaluated lengths
-    (measured: ``sweep.failure_length`` against chance 1/vocab)."""
-    c = record["config"]
-    predicted = record["kernel"]["predicted_failure_length"]
-    measured = failure_length(record["lengths"], record["accuracy"], 1 / c["vocab"])
-    return (None if predicted is None else predicted / c["train_length"],
-            None if measured is None else measured / c["train_length"])
+def _none(x: float | None) -> bool:
+    return x is None or bool(np.isnan(x))
+
+
+def failure_multiples(df: pd.DataFrame) -> pd.DataFrame:
+    """Per model (``run``) of a frame with the kernel recorded: ``first_accuracy`` (at its shortest evaluation
+    length), ``reach`` (its longest, as a multiple of T), and its ``predicted`` failure length (from the kernel)
+    and ``measured`` one (``sweep.failure_length`` against chance), in multiples of its training length;
+    NaN where none is predicted / none measured within the evaluated lengths."""
+    out = []
+    for run, g in df.groupby("run", sort=False):  # a run's rows are in the order of its lengths
+        T, predicted = g.train_length.iloc[0], g.predicted_failure_length.iloc[0]
+        measured = failure_length(g.length.tolist(), g.accuracy.tolist(), g.chance.iloc[0])
+        out.append(dict(run=run, first_accuracy=g.accuracy.iloc[0], reach=g.multiple.max(), predicted=predicted / T,
+                        measured=np.nan if measured is None else measured / T))
+    return pd.DataFrame(out).set_index("run")
 
 
 def failure_verdict(predicted: float | None, measured: float | None, tol: float) -> str:
     """One of VERDICTS: measured within a factor ``tol`` of predicted "agrees"; below predicted / tol
-    "fails earlier"; above predicted * tol "fails later"; or which of the two is None."""
+    "fails earlier"; above predicted * tol "fails later"; or which of the two is missing (None or NaN)."""
     if tol < 1:
         raise ValueError(f"tol is a factor >= 1 (got {tol})")
-    if predicted is None and measured is None:
+    if _none(predicted) and _none(measured):
         return "neither fails"
-    if predicted is None:
+    if _none(predicted):
         return "fails, none predicted"
-    if measured is None:
+    if _none(measured):
         return "predicted, does not fail"
     if measured < predicted / tol:
         return "fails earlier"
@@ -132,6 +215,29 @@ def setting_label(config: dict, base: dict) -> str:
     changed = {k: v for k, v in config.items() if v != base[k]}
     return "defaults" if not changed else ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                     for k, v in changed.items())
+
+
+def configs_with(grid: Grid, **fields: Any) -> list[Config]:
+    """The configs of ``grid`` (in grid order) whose field ``k`` equals ``v`` for every ``k=v``."""
+    return [c for c in grid.configs if all(getattr(c, k) == v for k, v in fields.items())]
+
+
+def recipes_in(grid: Grid, fields: Sequence[str]) -> list[dict]:
+    """The distinct values of ``fields`` (e.g. the training recipe's) among the grid's configs, in grid order."""
+    seen = dict.fromkeys(tuple(getattr(c, k) for k in fields) for c in grid.configs)
+    return [dict(zip(fields, values)) for values in seen]
+
+
+def settings(grid: Grid, recipe: dict) -> dict[str, dict]:
+    """The grid's configs with the field values of ``recipe``, each named by how it differs from the first of
+    them (:func:`setting_label` without the recipe's fields: "defaults", "rope_base=100", ...) -> the values of
+    the grid's varied fields, which select its rows in a :func:`frame` (``where(df, **fields)``)."""
+    configs = configs_with(grid, **recipe)
+    if not configs:
+        raise ValueError(f"no config of grid {grid.name!r} has {recipe}")
+    strip = lambda c: {k: v for k, v in c.to_dict().items() if k not in recipe}  # noqa: E731
+    varied = grid.varied()
+    return {setting_label(strip(c), strip(configs[0])): {k: getattr(c, k) for k in varied} for c in configs}
 
 
 def frequency_guess(c: Config, length: int, samples: int, seed: int = 0) -> float:
@@ -169,25 +275,17 @@ CRITERION = {4.0: 0.99, 8.0: 0.95}
 
 
 def recipe_of(config: dict) -> tuple:
-    """The training recipe of a sweep record's config, as a hashable tuple of RECIPE_FIELDS values."""
-    return tuple(config[k] for k in RECIPE_FIELDS)
-
-
-def recipe_text(config: dict) -> str:
-    """The recipe of a config dict in words (``Config.recipe``)."""
-    return Config(**config).recipe()
-
-
-def accuracy_at_multiple(record: dict, multiple: float) -> float:
-    """A sweep record's accuracy at ``multiple`` x its training length."""
-    return record["accuracy"][record["lengths"].index(round(multiple * record["config"]["train_length"]))]
+    """The training recipe of a config dict (or a frame row), as a hashable tuple of RECIPE_FIELDS values
+    (a missing value, NaN in a frame, as None)."""
+    return tuple(None if config[k] is None or (isinstance(config[k], float) and np.isnan(config[k])) else config[k]
+                 for k in RECIPE_FIELDS)
 
 
 @dataclass
 class CriterionCheck:
     """How one recipe fares against CRITERION over every (vocab, offset) setting and seed it was run on."""
 
-    recipe: tuple
+    recipe: tuple  # recipe_of: the RECIPE_FIELDS values
     text: str  # the recipe in words
     settings: int  # (vocab, offset) settings
     models: int  # models (settings x seeds)
@@ -204,57 +302,20 @@ class CriterionCheck:
 MODEL_FIELDS = ("rope_base",)  # model settings that a criterion check keeps apart, next to the recipe
 
 
-def check_criterion(records: Sequence[dict], criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
-    """One CriterionCheck per recipe (and MODEL_FIELDS value) among ``records``, best slack first."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        key = recipe_of(r["config"]) + tuple(r["config"][k] for k in MODEL_FIELDS)
-        groups.setdefault(key, []).append(r)
+def check_criterion(df: pd.DataFrame, criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
+    """One CriterionCheck per recipe (and MODEL_FIELDS value) among the models of frame ``df`` (every model
+    evaluated at each multiple of ``criterion``), best slack first."""
     out = []
-    for recipe, rs in groups.items():
-        acc = {m: np.array([accuracy_at_multiple(r, m) for r in rs]) for m in criterion}
-        below = np.zeros(len(rs), dtype=bool)
-        for m, bar in criterion.items():
-            below |= acc[m] < bar
-        seconds = [r["batch_seconds"] / r["batch_members"] for r in rs if "batch_seconds" in r]
-        base = rs[0]["config"]["rope_base"]
-        text = recipe_text(rs[0]["config"]) + ("" if base == Config().rope_base else f"; RoPE base {base:g}")
+    for _, g in df.groupby(list(RECIPE_FIELDS + MODEL_FIELDS), sort=False, dropna=False):
+        acc = {m: where(g, multiple=m).accuracy.to_numpy() for m in criterion}  # (models,) each, in one order
+        below = np.any([acc[m] < bar for m, bar in criterion.items()], axis=0)
+        models = where(g, multiple=next(iter(criterion)))
+        first = g.iloc[0]
+        base = float(first.rope_base)
+        text = first.recipe + ("" if base == Config().rope_base else f"; RoPE base {base:g}")
         out.append(CriterionCheck(
-            recipe[: len(RECIPE_FIELDS)], text,
-            len({(r["config"]["vocab"], r["config"]["offset"]) for r in rs}), len(rs),
+            recipe_of(first), text, len(set(zip(g.vocab, g.offset))), len(models),
             {m: float(a.min()) for m, a in acc.items()}, int(below.sum()),
-            float(min((acc[m] - bar).min() for m, bar in criterion.items())),
-            float(np.mean(seconds)) if seconds else float("nan"),
+            float(min((acc[m] - bar).min() for m, bar in criterion.items())), float(models.seconds.mean()),
         ))
     return sorted(out, key=lambda c: -c.slack)
-
-
-ROW_FIELDS = ("vocab", "offset", "optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
-
-
-def record_rows(records: Sequence[dict], fields: Sequence[str] = ROW_FIELDS) -> list[dict]:
-    """One flat row per sweep record and evaluation length, across grids: the config ``fields``, seed,
-    multiple (of the training length), accuracy, target_weight, and the kernel margins when recorded."""
-    out = []
-    for r in records:
-        c = r["config"]
-        for i, length in enumerate(r["lengths"]):
-            row = {k: c[k] for k in fields}
-            row.update(seed=r["seed"], multiple=length / c["train_length"], accuracy=r["accuracy"][i],
-                       target_weight=r["target_weight"][i])
-            row.update(r.get("kernel", {}))
-            out.append(row)
-    return out
-
-
-def paired_records(before: Sequence[dict], after: Sequence[dict], multiple: float,
-                   keys: Sequence[str] = ("vocab", "offset")) -> PairedChange:
-    """Accuracy at ``multiple`` changed from ``before`` to ``after`` records, paired by seed and ``keys``
-    (only pairs present in both count)."""
-    index = lambda rs: {(r["seed"],) + tuple(r["config"][k] for k in keys): r for r in rs}  # noqa: E731
-    a, b = index(before), index(after)
-    common = [k for k in a if k in b]
-    if not common:
-        raise ValueError("no records to pair: before and after share no (seed, setting)")
-    return paired_change(np.array([accuracy_at_multiple(a[k], multiple) for k in common]),
-                         np.array([accuracy_at_multiple(b[k], multiple) for k in common]))

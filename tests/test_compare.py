@@ -1,4 +1,5 @@
-"""lengthgen.compare (the statistics chapters 6 and 8 state their verdicts with) and plots.md_table."""
+"""lengthgen.compare (results as a data frame, and the statistics chapters 6, 8 and 9 state their verdicts with)
+and plots.md_table."""
 
 from __future__ import annotations
 
@@ -6,34 +7,59 @@ from collections import Counter
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lengthgen import compare
 from lengthgen.config import Config
 from lengthgen.plots import md_table
+from lengthgen.sweep import grid_from_dict
 from lengthgen.task import eval_tokens, targets
 
-ROWS = [
-    {"enc": "rope", "steps": 10, "acc": 0.5, "seed": 0},
-    {"enc": "rope", "steps": 10, "acc": 0.7, "seed": 1},
-    {"enc": "rope", "steps": 20, "acc": 0.9, "seed": 0},
-    {"enc": "ape", "steps": 10, "acc": 0.1, "seed": 0, "extra": 3},
-]
+def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
+    """A sweep record (what ``Sweep.records`` holds) evaluated at 1x, 4x and 8x the training length."""
+    c = {**Config().to_dict(), "target_accuracy": None, **config}
+    T = c["train_length"]
+    return {"config": c, "seed": seed, "lengths": [T, 4 * T, 8 * T], "accuracy": [1.0, acc4, acc8],
+            "target_weight": [0.9, 0.5, 0.3], "steps": 7, "batch_seconds": 2.0, "batch_members": 4}
 
 
-def test_select_treats_a_missing_field_as_none() -> None:
-    assert compare.select(ROWS, enc="rope", steps=10) == ROWS[:2]
-    assert compare.select(ROWS, extra=None) == ROWS[:3]
-    assert compare.select(ROWS) == ROWS
+def test_frame_has_one_row_per_model_and_length_with_every_config_field() -> None:
+    records = [_record(0, 0.9, 0.8, lr=1e-3), _record(1, 0.7, 0.6, lr=1e-3)]
+    records[1]["kernel"] = {"margin_in_window": 0.5, "predicted_failure_length": None}
+    df = compare.frame(records)
+    assert len(df) == 6 and df.multiple.tolist() == [1.0, 4.0, 8.0] * 2
+    assert df.accuracy.tolist() == [1.0, 0.9, 0.8, 1.0, 0.7, 0.6]
+    assert set(Config().to_dict()) <= set(df.columns) and (df.lr == 1e-3).all() and (df.optimizer == "adam").all()
+    assert df.steps_trained.tolist() == [7] * 6 and df.seconds.tolist() == [0.5] * 6 and df.run.nunique() == 2
+    assert df.recipe.iloc[0] == Config(**records[0]["config"]).recipe()
+    assert np.isnan(df.margin_in_window.iloc[0]) and df.margin_in_window.iloc[3] == 0.5
+    assert df.predicted_failure_length.isna().all()
+    again = compare.frame(records[:1] + [_record(0, 0.9, 0.8, lr=1e-3)])  # the same run in two grids: one id
+    assert again.run.nunique() == 1
 
 
-def test_stats_and_line_summarize_the_selected_rows() -> None:
-    (s,) = compare.stats(ROWS, "acc", ["enc"], enc="rope", steps=10)
-    assert (s["enc"], s["n"]) == ("rope", 2)
-    assert s["mean"] == pytest.approx(0.6) and s["sem"] == pytest.approx(np.std([0.5, 0.7], ddof=1) / np.sqrt(2))
-    x, mean, sem = compare.line(ROWS, "acc", "steps", enc="rope")
-    assert x == [10, 20] and mean == pytest.approx([0.6, 0.9]) and sem[1] == 0.0
-    assert compare.pm(s) == "0.600 ± 0.100"
+def test_where_selects_and_treats_none_as_missing() -> None:
+    df = compare.frame([_record(0, 0.9, 0.8), _record(0, 0.5, 0.4, target_accuracy=0.99)])
+    assert len(compare.where(df, target_accuracy=None)) == 3
+    assert compare.where(df, target_accuracy=0.99, multiple=4).accuracy.tolist() == [0.5]
+    assert len(compare.where(df)) == 6
+    with pytest.raises(KeyError, match="no column 'nope'"):
+        compare.where(df, nope=1)
+
+
+def test_summary_at_and_line_give_mean_and_standard_error_over_seeds() -> None:
+    df = compare.frame([_record(0, 0.5, 0.1, lr=1e-2), _record(1, 0.7, 0.1, lr=1e-2), _record(0, 0.9, 0.1, lr=1e-3)])
+    s = compare.at(df, lr=1e-2, multiple=4)
+    assert s["n"] == 2 and s["mean"] == pytest.approx(0.6)
+    assert s["sem"] == pytest.approx(np.std([0.5, 0.7], ddof=1) / np.sqrt(2)) and (s["min"], s["max"]) == (0.5, 0.7)
+    assert compare.pm(s) == "0.600 ± 0.100" and isinstance(s["mean"], float)
+    x, mean, sem = compare.line(df, "lr", multiple=4)
+    assert x == [1e-2, 1e-3] and mean == pytest.approx([0.6, 0.9]) and sem[1] == 0.0
+    table = compare.summary(df, ["lr", "multiple"])
+    assert table.loc[(1e-2, 4.0), "mean"] == pytest.approx(0.6) and table.loc[(1e-3, 8.0), "n"] == 1
+    with pytest.raises(ValueError, match="no rows"):
+        compare.at(df, lr=5.0)
 
 
 def test_versus_uses_two_combined_standard_errors() -> None:
@@ -79,19 +105,28 @@ def test_failure_verdict_rejects_a_tolerance_below_one() -> None:
 
 
 def test_failure_multiples_in_training_lengths() -> None:
-    record = {"config": {"vocab": 10, "train_length": 16}, "lengths": [16, 32, 64, 128],
-              "accuracy": [1.0, 0.9, 0.5, 0.1], "kernel": {"predicted_failure_length": 48}}
-    assert compare.failure_multiples(record) == (3.0, 4.0)  # halfway to chance 0.1 is 0.55: first below at 64
-    never = {**record, "accuracy": [1.0] * 4, "kernel": {"predicted_failure_length": None}}
-    assert compare.failure_multiples(never) == (None, None)
+    record = {"config": {**Config().to_dict(), "vocab": 10, "train_length": 16}, "seed": 0, "steps": 5,
+              "lengths": [16, 32, 64, 128], "accuracy": [1.0, 0.9, 0.5, 0.1], "target_weight": [0.5] * 4,
+              "kernel": {"predicted_failure_length": 48}}
+    never = {**record, "seed": 1, "accuracy": [1.0] * 4, "kernel": {"predicted_failure_length": None}}
+    table = compare.failure_multiples(compare.frame([record, never]))
+    # halfway to chance 0.1 is 0.55: the first length below it is 64
+    assert table.iloc[0][["first_accuracy", "reach", "predicted", "measured"]].tolist() == [1.0, 8.0, 3.0, 4.0]
+    assert table.iloc[1][["predicted", "measured"]].isna().all()
+    assert compare.failure_verdict(table.iloc[1].predicted, table.iloc[1].measured, 1.5) == "neither fails"
 
 
-def test_records_with_and_setting_label() -> None:
-    records = [{"config": {"dim": 8, "lr": 0.01}}, {"config": {"dim": 16, "lr": 0.01}}]
-    assert compare.records_with(records, dim=16) == records[1:]
+def test_settings_and_setting_label() -> None:
     base = {"dim": 8, "lr": 0.01, "rope_base": 10000.0}
     assert compare.setting_label(base, base) == "defaults"
     assert compare.setting_label({**base, "dim": 16, "rope_base": 100.0}, base) == "dim=16, rope_base=100"
+    grid = grid_from_dict({"base": {"steps": 10}, "recipes": [{}, {"lr": 1e-3}], "variants": [{}, {"dim": 16}]})
+    assert compare.recipes_in(grid, ["lr"]) == [{"lr": Config().lr}, {"lr": 1e-3}]
+    assert compare.settings(grid, {"lr": 1e-3}) == {"defaults": {"lr": 1e-3, "dim": Config().dim},
+                                                    "dim=16": {"lr": 1e-3, "dim": 16}}
+    assert [c.dim for c in compare.configs_with(grid, lr=1e-3)] == [Config().dim, 16]
+    with pytest.raises(ValueError, match="no config"):
+        compare.settings(grid, {"lr": 5.0})
 
 
 def test_frequency_guess_matches_a_direct_count() -> None:
@@ -133,40 +168,31 @@ def test_spread_and_md_table() -> None:
 # --- recipes and the chapter 9 criterion ---
 
 
-def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
-    c = {**Config().to_dict(), "target_accuracy": None, **config}
-    T = c["train_length"]
-    return {"config": c, "seed": seed, "lengths": [T, 4 * T, 8 * T], "accuracy": [1.0, acc4, acc8],
-            "target_weight": [0.9, 0.5, 0.3], "batch_seconds": 2.0, "batch_members": 4}
-
-
 def test_check_criterion_finds_the_recipes_that_pass_and_ranks_by_slack() -> None:
     good = [_record(s, 0.995, 0.97, lr=3e-4, vocab=V) for s in range(2) for V in (16, 64)]
     close = [_record(0, 0.995, 0.97, lr=1e-3), _record(1, 0.985, 0.99, lr=1e-3)]  # one model 0.005 short at 4x
     bad = [_record(0, 0.5, 0.3, lr=1e-2)]
-    checks = compare.check_criterion(bad + close + good)
+    checks = compare.check_criterion(compare.frame(bad + close + good))
     assert [c.recipe[1] for c in checks] == [3e-4, 1e-3, 1e-2]
     assert checks[0].passes and checks[0].settings == 2 and checks[0].models == 4
     assert not checks[1].passes and checks[1].failing == 1 and np.isclose(checks[1].slack, -0.005)
     assert checks[1].worst == {4.0: 0.985, 8.0: 0.97} and np.isclose(checks[0].seconds_per_model, 0.5)
+    assert checks[0].recipe == compare.recipe_of({**Config().to_dict(), "lr": 3e-4, "target_accuracy": None})
 
 
 def test_check_criterion_keeps_a_different_rope_base_apart() -> None:
-    checks = compare.check_criterion([_record(0, 1.0, 1.0), _record(0, 0.2, 0.2, rope_base=100.0)])
+    checks = compare.check_criterion(compare.frame([_record(0, 1.0, 1.0), _record(0, 0.2, 0.2, rope_base=100.0)]))
     assert len(checks) == 2 and "RoPE base 100" in checks[1].text and "RoPE base" not in checks[0].text
 
 
-def test_paired_records_pairs_by_seed_and_setting() -> None:
-    before = [_record(s, 0.5, 0.4, offset=K) for s in range(3) for K in (1, 2)]
-    after = [_record(s, 0.7, 0.4 + 0.1 * s, offset=K, lr=1e-3) for s in range(3) for K in (1, 2)]
-    at4, at8 = compare.paired_records(before, after, 4), compare.paired_records(before, after, 8)
+def test_paired_pairs_by_seed_and_setting() -> None:
+    before = compare.frame([_record(s, 0.5, 0.4, offset=K) for s in range(3) for K in (1, 2)])
+    after = compare.frame([_record(s, 0.7, 0.4 + 0.1 * s, offset=K, lr=1e-3) for s in range(3) for K in (1, 2)])
+    at4 = compare.paired(compare.where(before, multiple=4), compare.where(after, multiple=4))
+    at8 = compare.paired(compare.where(before, multiple=8), compare.where(after, multiple=8))
     assert np.isclose(at4.mean, 0.2) and at4.up == 6 and at4.verdict == "up"
     assert np.isclose(at8.mean, 0.1) and at8.up == 4 and at8.down == 0
-    with pytest.raises(ValueError, match="no records to pair"):
-        compare.paired_records(before, [_record(9, 0.5, 0.5)], 4)
-
-
-def test_record_rows_flatten_across_grids() -> None:
-    rows = compare.record_rows([_record(0, 0.9, 0.8, lr=1e-3)])
-    assert [r["multiple"] for r in rows] == [1.0, 4.0, 8.0] and rows[1]["accuracy"] == 0.9
-    assert rows[0]["lr"] == 1e-3 and rows[0]["optimizer"] == "adam"
+    twice = pd.concat([after, after])  # a run listed by two grids is paired once
+    assert compare.paired(compare.where(before, multiple=4), compare.where(twice, multiple=4)).up == 6
+    with pytest.raises(ValueError, match="no rows to pair"):
+        compare.paired(before, compare.frame([_record(9, 0.5, 0.5)]))

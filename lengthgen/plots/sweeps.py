@@ -51,13 +51,13 @@ def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[
                           groups: Sequence[str], cap: float, title: str) -> go.Figure:
     """One dot per model: the failure length predicted from its kernel (x) against the measured one (y).
 
-    predicted, measured: (n,) lengths as multiples of the training length, None for "not within ``cap``"
+    predicted, measured: (n,) lengths as multiples of the training length, None or NaN for "not within ``cap``"
     (drawn at 1.25 x cap);
     groups: (n,) legend label per model. Log axes; the dashed diagonal is perfect agreement, the dotted
     lines mark ``cap`` (the caption says what lies beyond them).
     """
     beyond = 1.25 * cap
-    fill = lambda v: np.array([beyond if x is None else x for x in v], dtype=np.float32)  # noqa: E731
+    fill = lambda v: np.array([beyond if x is None or np.isnan(x) else x for x in v], dtype=np.float32)  # noqa: E731
     x, y, g = fill(predicted), fill(measured), np.asarray(groups)
     fig = go.Figure()
     palette = list(COLORS.values())
