@@ -11,19 +11,66 @@ recipe is still the closest.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields, replace
+
 from .config import Config
 
 # The Config fields that make up a training recipe (what a result must be stated with).
 RECIPE_FIELDS = ("optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
-_SET = ("optimizer", "lr", "steps", "target_accuracy", "weight_decay")  # the fields the two recipes set
 
-FIRST_FIT = {k: getattr(Config(), k) for k in _SET}  # the Config defaults: lr 0.01, <= 400 steps, stop at 0.995
-SMALL_STEPS = {"optimizer": "adam", "lr": 3e-4, "steps": 6667, "target_accuracy": None, "weight_decay": 0.0}
-RECIPES = {"first fit": FIRST_FIT, "small steps": SMALL_STEPS}
+
+@dataclass(frozen=True)
+class Recipe(Mapping):
+    """A named training recipe: the Config training fields it sets (every other field stays as given).
+
+    It reads as a mapping of those fields, so ``config.replace(**recipe)`` works like ``recipe.apply(config)``.
+    """
+
+    name: str
+    optimizer: str
+    lr: float
+    steps: int
+    target_accuracy: float | None  # None: no early stop, the whole budget of ``steps``
+    weight_decay: float
+
+    def apply(self, c: Config) -> Config:
+        """``c`` trained with this recipe."""
+        return c.replace(**self)
+
+    def quick(self, max_steps: int) -> Recipe:
+        """This recipe within ``max_steps`` steps, for quick runs. A fixed budget (no early stop) keeps its
+        lr x steps (the step to three significant digits), with a larger step over fewer steps, so that it still
+        trains as far; an early-stopped recipe
+        keeps its step and stops by ``max_steps`` at the latest. Unchanged when it already fits."""
+        if self.steps <= max_steps:
+            return self
+        if self.target_accuracy is None:
+            return replace(self, name=f"{self.name} (quick)", lr=float(f"{self.lr * self.steps / max_steps:.3g}"),
+                           steps=max_steps)
+        return replace(self, steps=max_steps)
+
+    def __getitem__(self, key: str) -> object:
+        if key not in _SET:
+            raise KeyError(f"{key!r} is not a field a recipe sets; those are {', '.join(_SET)}")
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_SET)
+
+    def __len__(self) -> int:
+        return len(_SET)
+
+
+_SET = tuple(f.name for f in fields(Recipe) if f.name != "name")  # the Config fields a recipe sets
+
+FIRST_FIT = Recipe("first fit", **{k: getattr(Config(), k) for k in _SET})  # the defaults: lr 0.01, early stop
+SMALL_STEPS = Recipe("small steps", optimizer="adam", lr=3e-4, steps=6667, target_accuracy=None, weight_decay=0.0)
+RECIPES: dict[str, Recipe] = {r.name: r for r in (FIRST_FIT, SMALL_STEPS)}
 
 
 def with_recipe(c: Config, name: str) -> Config:
     """``c`` with the training fields of recipe ``name`` (a key of RECIPES)."""
     if name not in RECIPES:
         raise KeyError(f"unknown recipe {name!r}; use one of {', '.join(RECIPES)}")
-    return c.replace(**RECIPES[name])
+    return RECIPES[name].apply(c)

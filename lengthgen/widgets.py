@@ -4,8 +4,9 @@ Headless-safe: building the controls needs no browser, and ``run()`` trains and 
 whether or not a front end is attached (papermill runs it once with the default values; the saved
 page then shows the controls as a static snapshot next to that figure). In a live Jupyter kernel,
 releasing any control retrains with a progress bar (updated every ``PROGRESS_EVERY`` steps) and
-redraws the figure below the controls; at the book's defaults that takes well under a second (a recipe
-with a fixed budget of thousands of steps, such as "small steps", takes a few seconds).
+redraws the figure below the controls; at the book's defaults that takes well under a second in the
+first-fit recipe, and seconds to tens of seconds in a recipe with a fixed budget of thousands of steps, such
+as "small steps" (it grows with the seeds and with the machine's load; the progress bar shows how far it is).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ class Playground:
     menu when ``recipes`` is given.
 
     ``base`` gives every other setting (steps, width, ...). ``recipes``: name -> the training settings
-    each recipe puts on ``base`` (e.g. ``recipes.RECIPES``); the menu picks one, the first at the start.
+    each recipe puts on ``base`` (a ``recipes.Recipe``, e.g. the values of ``recipes.RECIPES``, or a plain
+    mapping of Config fields); the menu picks one, the first at the start.
     Evaluation lengths are ``multiples`` of the training length. ``widget`` is the box to display;
     ``run()`` trains the current settings.
     """
