@@ -29,6 +29,8 @@ from typing import Any
 
 from IPython.core.formatters import format_display_data
 
+PLOTLY = "application/vnd.plotly.v1+json"  # how JupyterLab draws a figure
+WIDGET = "application/vnd.jupyter.widget-view+json"  # an ipywidget
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _ARG = r'"([^"`]+)"'
 # {eval}`glue.KIND("ARG")` inline; KIND -> the glue role the book uses
@@ -84,13 +86,15 @@ class Glued:
             raise ValueError(f"{name!r} holds no markdown: glue an IPython.display.Markdown (e.g. plots.md_table)")
         return Markdown(bundle["text/markdown"])
 
-    def figure(self, name: str) -> Bundle:
-        """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype)."""
+    def figure(self, name: str) -> Any:
+        """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype), or the
+        glued widget itself (a live control that a kernel shows where the page shows a static figure)."""
         bundle = self._bundle(name)
-        lab = {k: v for k, v in bundle.items() if k == "application/vnd.plotly.v1+json"}
-        if not lab:
-            raise ValueError(f"{name!r} holds no plotly figure: glue figures with plots.glue_figure")
-        return Bundle(lab)
+        if WIDGET in bundle:
+            return self._get(name)
+        if PLOTLY not in bundle:
+            raise ValueError(f"{name!r} holds no plotly figure or widget: glue figures with plots.glue_figure")
+        return Bundle({PLOTLY: bundle[PLOTLY]})
 
 
 class Text:

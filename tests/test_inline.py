@@ -76,7 +76,7 @@ def test_glued_values_read_back_as_the_roles_show_them() -> None:
         glue.text("missing:.3f")
     with pytest.raises(ValueError, match="no markdown"):
         glue.md("acc")
-    with pytest.raises(ValueError, match="no plotly figure"):
+    with pytest.raises(ValueError, match="no plotly figure or widget"):
         glue.figure("acc")
 
 
@@ -87,3 +87,12 @@ def test_figures_glued_by_plots_are_shown_by_their_jupyterlab_mimetype() -> None
     bundle = glue.figure("fig_inline_test")._repr_mimebundle_()
     assert list(bundle) == ["application/vnd.plotly.v1+json"]
     assert bundle["application/vnd.plotly.v1+json"]["data"][0]["y"] is not None
+
+
+def test_a_glued_widget_stands_where_the_figure_would() -> None:
+    import ipywidgets
+
+    glue = Glued()
+    slider = ipywidgets.IntSlider()
+    glue("live", slider, display=False)
+    assert glue.figure("live") is slider
