@@ -1,0 +1,166 @@
+"""Rerunning a chapter in JupyterLab reads and works like the page (issue 19).
+
+A real JupyterLab server (the `make lab` command, on 127.0.0.1 with a free port and a token) serves copies of
+chapters 1 and 7 with ``QUICK = True`` in their parameters cell; headless Chromium (Playwright, Debian's
+/usr/bin/chromium) opens each, runs all cells as Run > Run All Cells does, and checks what the notebook shows:
+no raw MyST role or unknown directive in the rendered markdown, every glued value the prose cites shown in its
+cell (the kernel's own value of each inline expression), no error under any cell or in any expression; and in
+chapter 7 the live playground retrains and redraws after a slider move. A small fixture notebook with a raw
+glue role shows that the markdown check fails when it should.
+
+`make test` runs it in its browser step (LENGTHGEN_BROWSER_TEST=required); run alone it skips without chromium:
+
+    scripts/install_chromium.sh
+    .venv/bin/python -m pytest -q -m browser tests/test_jupyterlab.py
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+from playwright.sync_api import BrowserContext, Page
+
+from browser_util import CHROMIUM, chromium
+from jupyterlab_util import (
+    Lab, error_outputs, jupyterlab, kernel_repr, markdown_text, open_notebook, run_all, stage_notebook,
+)
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED = os.environ.get("LENGTHGEN_BROWSER_TEST") == "required"
+SCREENSHOTS = ROOT / "_build" / "screenshots" / "jupyterlab"
+# Roles jupyterlab-myst renders (the rest show their raw content as plain text)
+KNOWN_ROLES = {"eval", "ref", "numref", "doc", "cite", "cite:p", "cite:t", "math", "sub", "sup", "abbr", "term"}
+ROLE = re.compile(r"\{([A-Za-z:_-]+)\}`([^`]*)`")
+SHOWN = re.compile(r'glue\.(text|any)\("[^"]+"\)')  # inline expressions whose value is plain text
+RAW_MARKERS = ("Unknown Directive", "Unknown Role", "Unexecuted inline expression", "{eval}", "{glue")
+RETRAIN_S = 60  # longest wait for the live playground to retrain and redraw after a slider move
+
+
+def unavailable(reason: str) -> None:
+    """Skip with ``reason`` when run by hand; fail inside `make test`, where this test must run."""
+    if REQUIRED:
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+def markdown_problems(page: Page, sources: list[str]) -> list[str]:
+    """What the rendered markdown cells show that a reader of the page would not see: a raw role's text, an
+    unknown directive or role, an inline expression not evaluated, or a cited value missing from its cell.
+    ``sources``: the notebook's markdown cell sources, in order."""
+    shown = markdown_text(page)
+    if len(shown) != len(sources):
+        return [f"{len(shown)} markdown cells rendered, the notebook has {len(sources)}"]
+    problems = []
+    for i, (source, text) in enumerate(zip(sources, shown)):
+        for marker in RAW_MARKERS:
+            if marker in text:
+                problems.append(f"markdown cell {i} shows {marker!r}")
+        for name, content in ROLE.findall(source):
+            if name not in KNOWN_ROLES and content in text:
+                problems.append(f"markdown cell {i} shows the raw role {{{name}}}`{content}` as {content!r}")
+        for expression in dict.fromkeys(m.group(0) for m in SHOWN.finditer(source)):
+            value = kernel_repr(page, expression)
+            if value is None:
+                problems.append(f"markdown cell {i}: {expression} fails in the kernel")
+            elif value not in text:
+                problems.append(f"markdown cell {i}: {expression} = {value!r} is not shown")
+    return problems
+
+
+def markdown_sources(path: Path) -> list[str]:
+    return [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+
+
+def broken_notebook(path: Path) -> None:
+    """A notebook whose prose cites one value correctly and one through a raw glue role."""
+    nb = new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nb.cells = [
+        new_code_cell("from lengthgen.inline import glue\nglue('acc', 0.98765, display=False)"),
+        new_markdown_cell('Right: {eval}`glue.text("acc:.3f")`. Raw: {glue:text}`acc:.3f`.'),
+    ]
+    nbformat.write(nb, path)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[Lab]:
+    if not CHROMIUM.exists():
+        unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
+    with tempfile.TemporaryDirectory(prefix="lab-root-") as tmp:
+        root = Path(tmp)
+        for name in ("01_the_gap.ipynb", "07_playground.ipynb"):
+            stage_notebook(ROOT / "book" / name, root)
+        broken_notebook(root / "book" / "broken.ipynb")
+        with jupyterlab(root) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def context(lab: Lab) -> Iterator[BrowserContext]:
+    with chromium() as ctx:
+        yield ctx
+
+
+def run_chapter(context: BrowserContext, lab: Lab, name: str) -> tuple[Page, float]:
+    page = open_notebook(context, lab, f"book/{name}")
+    seconds = run_all(page)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"))
+    return page, seconds
+
+
+def test_chapter_1_reads_like_the_page(lab: Lab, context: BrowserContext) -> None:
+    page, seconds = run_chapter(context, lab, "01_the_gap.ipynb")
+    print(f"chapter 1 (quick): all cells ran in {seconds:.1f} s")
+    assert not error_outputs(page), error_outputs(page)
+    problems = markdown_problems(page, markdown_sources(lab.root / "book" / "01_the_gap.ipynb"))
+    assert not problems, "\n".join(problems)
+    figures = page.locator(".jp-MarkdownCell .js-plotly-plot").count()
+    assert figures >= 3, f"chapter 1 shows {figures} figures in its prose, expected its 3 or more"
+    page.close()
+
+
+def test_the_live_playground_retrains_and_redraws(lab: Lab, context: BrowserContext) -> None:
+    page, seconds = run_chapter(context, lab, "07_playground.ipynb")
+    print(f"chapter 7 (quick): all cells ran in {seconds:.1f} s")
+    assert not error_outputs(page), error_outputs(page)
+    problems = markdown_problems(page, markdown_sources(lab.root / "book" / "07_playground.ipynb"))
+    assert not problems, "\n".join(problems)
+    # no static grid (its controls need the page's script): the live controls stand in the figure's place
+    figure_cell = page.locator(".jp-MarkdownCell", has_text="Top: accuracy against the evaluation length")
+    assert figure_cell.locator(".widget-slider").count() > 0, "the grid figure's place holds no live controls"
+    assert figure_cell.locator(".js-plotly-plot").count() == 0, "the static grid is shown in JupyterLab"
+
+    live = page.locator(".jp-CodeCell .jp-OutputArea .widget-vbox").last  # the controls under "Live"
+    status = live.locator(".widget-html")
+    offset = live.locator(".widget-slider", has_text="offset K")
+    before = offset.locator(".widget-readout").inner_text()
+    start = time.monotonic()
+    offset.locator(".noUi-handle").focus()
+    page.keyboard.press("ArrowRight")
+    expected = f"K={int(before) + 1}"
+    page.wait_for_function(
+        """([el, want]) => [...el.querySelectorAll('.js-plotly-plot .gtitle')].some(t => t.textContent.includes(want))""",
+        arg=[live.element_handle(), expected], timeout=RETRAIN_S * 1000, polling=200)
+    print(f"slider move to {expected}: retrained and redrawn in {time.monotonic() - start:.1f} s")
+    assert "trained" in status.inner_text() and "cannot" not in status.inner_text(), status.inner_text()
+    assert not error_outputs(page), error_outputs(page)
+    page.close()
+
+
+def test_a_raw_role_fails_the_check(lab: Lab, context: BrowserContext) -> None:
+    page = open_notebook(context, lab, "book/broken.ipynb")
+    run_all(page)
+    problems = markdown_problems(page, markdown_sources(lab.root / "book" / "broken.ipynb"))
+    assert problems == ["markdown cell 0 shows the raw role {glue:text}`acc:.3f` as 'acc:.3f'"], problems
+    assert "0.988" in markdown_text(page)[0]  # the inline expression beside it is shown
+    page.close()
