@@ -22,10 +22,12 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from .compare import CRITERION
 from .config import Config, ConfigError
-from .kernel import pair_spectrum
-from .maxmargin import coefficients, cosine
+from .kernel import BEYOND_MULTIPLE, pair_spectrum
+from .maxmargin import MaxMargin, coefficients, cosine, far_field, predict, solve
 from .model import Model
+from .optim import GEOMETRY
 from .train import Trained, train
 
 
@@ -122,3 +124,125 @@ def _ranks(x: np.ndarray) -> np.ndarray:
         tied = x == value
         ranks[tied] = ranks[tied].mean()
     return ranks
+
+
+# The prediction table -------------------------------------------------------------------------------------------
+
+FIT_ACCURACY = 0.99  # the kernel "fits" the training length when its predicted accuracy there reaches this
+EXTRAPOLATES = (8, CRITERION[8.0])  # "extrapolates to 8x": accuracy at 8x the training length >= 0.95
+
+
+def fit_norm(solution: MaxMargin, vocab: int, accuracy: float = FIT_ACCURACY, low: float = 0.1, high: float = 1e3,
+             iterations: int = 14) -> float:
+    """The smallest kernel norm |w|_2 at which ``solution``'s predicted accuracy (``maxmargin.predict``: kernel
+    law, ideal read-out) at the training length reaches ``accuracy``: the scale at which the kernel alone first
+    fits the training length. Bisection in log norm on [low, high]; needs nothing trained."""
+    at = lambda n: float(predict(solution, [n], [solution.train_length], vocab).accuracy[0, 0])  # noqa: E731
+    if at(high) < accuracy:
+        raise ConfigError(f"the {solution.norm} kernel does not reach accuracy {accuracy} at the training length "
+                          f"even at norm {high}; lower the accuracy or raise high")
+    for _ in range(iterations):
+        mid = float(np.sqrt(low * high))
+        low, high = (low, mid) if at(mid) >= accuracy else (mid, high)
+    return high
+
+
+def setting_of(config: dict) -> tuple:
+    """(vocab, offset, rope_base, optimizer): a prediction-table row's key, from a sweep record's config."""
+    return config["vocab"], config["offset"], config["rope_base"], config["optimizer"]
+
+
+def prediction_table(records: Sequence[dict], multiples: Sequence[int] = (2, 4, 8, 16),
+                     geometry: dict[str, str] = GEOMETRY) -> list[dict]:
+    """One row per (vocab, offset, rope_base, optimizer) of ``records`` (sweep records of one-layer RoPE runs
+    with the "kernel" extra, evaluated at the training length and at ``multiples`` of it).
+
+    Each row holds, at every multiple m: ``predicted[m]``, the accuracy the rule's geometry (``geometry[rule]``)
+    predicts before training at the norm where it first fits the training length (``fit_norm``);
+    ``at_trained[m]``, the same kernel shape at the trained models' own in-window kernel margin (mean over
+    seeds; a check of the shape alone, not a prediction before training); ``measured[m]`` and ``sem[m]``,
+    the trained models' accuracy over seeds. Also ``fit`` (measured accuracy at 1x), ``far_field`` (the
+    geometry's beyond-window margin to 16x in units of its in-window margin), and ``predicted_extrapolates``
+    and ``measured_extrapolates`` (accuracy at EXTRAPOLATES[0] x >= EXTRAPOLATES[1]).
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(setting_of(r["config"]), []).append(r)
+    solutions: dict[tuple, MaxMargin] = {}
+    norms: dict[tuple, float] = {}
+    rows = []
+    for (V, K, base, rule), recs in groups.items():
+        c = recs[0]["config"]
+        T, geo = c["train_length"], geometry[rule]
+        key = (K, T, c["dim"], base, geo)
+        if key not in solutions:
+            solutions[key] = solve(K, T, c["dim"], base, geo)
+        sol = solutions[key]
+        if key + (V,) not in norms:
+            norms[key + (V,)] = fit_norm(sol, V)
+        lengths = [T * m for m in multiples]
+        index = [recs[0]["lengths"].index(L) for L in [T] + lengths]
+        acc = np.array([[r["accuracy"][i] for i in index] for r in recs])  # (seeds, 1 + len(multiples))
+        margin = float(np.mean([r["kernel"]["margin_in_window"] for r in recs]))
+        before = predict(sol, [norms[key + (V,)]], lengths, V).accuracy[:, 0]
+        trained = predict(sol, [max(margin, 1e-6) * np.linalg.norm(sol.w)], lengths, V).accuracy[:, 0]
+        sem = acc.std(0, ddof=1) / np.sqrt(len(acc)) if len(acc) > 1 else np.zeros(acc.shape[1])
+        m8, bar = EXTRAPOLATES
+        rows.append({
+            "vocab": V, "offset": K, "rope_base": base, "optimizer": rule, "geometry": geo, "seeds": len(recs),
+            "fit": float(acc[:, 0].mean()), "norm": norms[key + (V,)], "far_field": far_field(sol),
+            "trained_margin": margin,
+            "predicted": dict(zip(multiples, before.tolist())), "at_trained": dict(zip(multiples, trained.tolist())),
+            "measured": dict(zip(multiples, acc[:, 1:].mean(0).tolist())), "sem": dict(zip(multiples, sem[1:].tolist())),
+            "predicted_extrapolates": bool(before[list(multiples).index(m8)] >= bar),
+            "measured_extrapolates": bool(acc[:, 1 + list(multiples).index(m8)].mean() >= bar),
+        })
+    return rows
+
+
+def rank_agreement(rows: Sequence[dict], multiple: int, predicted: str = "predicted") -> float:
+    """Spearman's rank correlation over the rows of ``prediction_table`` between ``row[predicted][multiple]``
+    and the measured mean accuracy at that multiple."""
+    return spearman([r[predicted][multiple] for r in rows], [r["measured"][multiple] for r in rows])
+
+
+def explore(offsets: Sequence[int], bases: Sequence[float], geometries: Sequence[str], train_length: int, dim: int,
+            vocab: int, lengths: Sequence[int], reach: int = BEYOND_MULTIPLE) -> dict[tuple[str, int, float], dict]:
+    """The explorer's grid, all before training: for every (geometry, offset, base), the max-margin kernel c(delta)
+    at delta = 0, -1, ..., -(reach T - 1) (in units of its in-window margin, which is 1), its ``PEAKS`` highest
+    beyond-window offsets, its far-field margin (``maxmargin.far_field``), the norm where it first fits
+    (``fit_norm``) and the accuracy it predicts there at ``lengths`` (``maxmargin.predict``)."""
+    out = {}
+    for g in geometries:
+        for K in offsets:
+            for base in bases:
+                sol = solve(K, train_length, dim, base, g)
+                norm = fit_norm(sol, vocab)
+                out[g, K, base] = {
+                    "kernel": sol.kernel(-np.arange(reach * train_length)), "peaks": sol.peaks(reach * train_length - 1),
+                    "far_field": far_field(sol, reach), "norm": norm, "lengths": list(lengths),
+                    "accuracy": predict(sol, [norm], lengths, vocab).accuracy[:, 0],
+                }
+    return out
+
+
+def selection_verdict(best: dict[str, tuple[str, float, float]], threshold: float = 0.9) -> str:
+    """A sentence on which geometry each rule's kernel approaches. best: rule -> (closest geometry, its mean
+    cosine, seed-to-seed cosine); a rule "approaches" a geometry when that cosine is >= ``threshold``."""
+    near = [f"{rule} ({g}, cosine {cos:.2f})" for rule, (g, cos, _) in best.items() if cos >= threshold]
+    if not near:
+        top = max(best, key=lambda r: best[r][1])
+        return (f"No rule's kernel comes within a cosine of {threshold:g} of any geometry's max-margin kernel; the "
+                f"closest is {top} to {best[top][0]}, at {best[top][1]:.2f}.")
+    return f"Within a cosine of {threshold:g} of a geometry's max-margin kernel: {', '.join(near)}; the other rules are not."
+
+
+def decay_verdict(ratios: Sequence[float], tolerance: float = 0.1) -> str:
+    """A sentence on whether the largest parameter sits at AdamW's bound 1/lambda: ``ratios`` are the final
+    max |p| x lambda per decay setting; within ``tolerance`` of 1 counts as on the bound."""
+    r = np.asarray(ratios, dtype=np.float64)
+    on, above = int((np.abs(r - 1) <= tolerance).sum()), int((r > 1 + tolerance).sum())
+    below = len(r) - on - above
+    parts = [f"{n} of {len(r)} settings {what}" for n, what in
+             ((on, f"sit on the bound (within {tolerance:.0%})"), (above, "exceed it"), (below, "stay below it")) if n]
+    return "; ".join(parts).capitalize() + "."

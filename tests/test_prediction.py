@@ -8,6 +8,7 @@ import torch
 
 from lengthgen import Config, ConfigError, train
 from lengthgen import prediction as pr
+from lengthgen.maxmargin import far_field, predict, solve
 
 SMALL = Config(vocab=8, dim=16, train_length=12, offset=2, batch=64, lr=1e-2, steps=40, target_accuracy=None)
 
@@ -69,3 +70,75 @@ def test_spearman_on_hand_ranked_cases() -> None:
     assert np.isnan(pr.spearman([1, 1, 1], [1, 2, 3]))
     with pytest.raises(ConfigError, match="equal length"):
         pr.spearman([1, 2, 3], [1, 2])
+
+
+# The prediction before training ---------------------------------------------------------------------------------
+
+T, D, V = 12, 16, 8
+
+
+def test_fit_norm_is_where_the_kernel_first_fits_the_training_length() -> None:
+    sol = solve(2, T, D, 100.0, "linf")
+    norm = pr.fit_norm(sol, V)
+    at = lambda n: predict(sol, [n], [T], V).accuracy[0, 0]  # noqa: E731
+    assert at(norm) >= pr.FIT_ACCURACY > at(norm / 1.05)
+    with pytest.raises(ConfigError, match="does not reach"):
+        pr.fit_norm(sol, V, high=0.2)
+
+
+def _record(seed: int, accuracy: list[float], margin: float, rule: str = "gd") -> dict:
+    config = Config(vocab=V, dim=D, train_length=T, offset=2, rope_base=100.0, optimizer=rule).to_dict()
+    return {"config": config, "seed": seed, "lengths": [T * m for m in (1, 2, 4, 8)], "accuracy": accuracy,
+            "kernel": {"margin_in_window": margin}}
+
+
+def test_prediction_table_joins_the_prediction_with_the_trained_models() -> None:
+    records = [_record(0, [1.0, 0.9, 0.8, 0.5], 2.0), _record(1, [1.0, 0.7, 0.6, 0.3], 4.0),
+               _record(0, [1.0, 1.0, 1.0, 0.99], 3.0, "sign"), _record(1, [0.5, 0.2, 0.1, 0.1], 3.0, "sign")]
+    rows = pr.prediction_table(records, multiples=(2, 4, 8))
+    gd, sign = rows
+    assert (gd["optimizer"], gd["geometry"], sign["geometry"]) == ("gd", "l2", "linf")
+    assert gd["measured"][8] == pytest.approx(0.4) and gd["sem"][8] == pytest.approx(0.1)
+    assert gd["fit"] == 1.0 and sign["fit"] == 0.75 and gd["trained_margin"] == 3.0
+    assert not gd["measured_extrapolates"] and not sign["measured_extrapolates"]
+    sol = solve(2, T, D, 100.0, "l2")
+    expected = predict(sol, [pr.fit_norm(sol, V)], [2 * T, 4 * T, 8 * T], V).accuracy[:, 0]
+    assert [gd["predicted"][m] for m in (2, 4, 8)] == pytest.approx(expected.tolist())
+    assert gd["predicted_extrapolates"] == (expected[-1] >= pr.EXTRAPOLATES[1])
+    assert gd["far_field"] == pytest.approx(far_field(sol))
+
+
+def test_rank_agreement_reads_the_chosen_columns() -> None:
+    rows = [{"predicted": {8: p}, "measured": {8: m}} for p, m in [(0.1, 0.2), (0.5, 0.4), (0.9, 0.3)]]
+    assert pr.rank_agreement(rows, 8) == pytest.approx(0.5)
+
+
+def test_explore_holds_each_kernel_in_units_of_its_margin() -> None:
+    grid = pr.explore([2], [100.0], ["l2", "linf"], T, D, V, [T, 4 * T])
+    assert set(grid) == {("l2", 2, 100.0), ("linf", 2, 100.0)}
+    for entry in grid.values():
+        kern = entry["kernel"]
+        assert len(kern) == pr.BEYOND_MULTIPLE * T
+        assert kern[2] - np.delete(kern[:T], 2).max() == pytest.approx(1.0, abs=1e-6)
+        assert entry["accuracy"].shape == (2,) and entry["accuracy"][0] >= pr.FIT_ACCURACY
+        assert entry["far_field"] == pytest.approx((kern[2] - kern[T:].max()) / 1.0, abs=1e-6)
+        assert len(entry["peaks"]) == 5 and all(p["delta"] <= -T for p in entry["peaks"])
+
+
+def test_verdicts_say_what_was_measured() -> None:
+    assert pr.selection_verdict({"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.7, 0.8)}).startswith(
+        "No rule's kernel comes within a cosine of 0.9")
+    assert "sign (linf, cosine 0.95)" in pr.selection_verdict({"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.95, 0.8)})
+    assert pr.decay_verdict([1.02, 1.5, 0.5]) == ("1 of 3 settings sit on the bound (within 10%); "
+                                                  "1 of 3 settings exceed it; 1 of 3 settings stay below it.")
+
+
+def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
+    from lengthgen import plots
+
+    grid = pr.explore([2, 4], [100.0], ["l2", "linf"], T, D, V, [T, 2 * T])
+    fig = plots.selection_explorer(grid, T)
+    assert len(fig.data) == 1 + 3 * len(grid)
+    shown = [t for t in fig.data if t.visible]
+    assert len(shown) == 1 + 3  # the window and the first grid point
+    assert fig.layout.meta["grid"]["labels"] == [["l2", "linf"], ["2", "4"], ["100"]]

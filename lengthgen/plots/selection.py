@@ -1,0 +1,65 @@
+"""Figures of chapter 10 (what training selects): the max-margin explorer over geometry, offset and RoPE base."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .render import grid_controls
+
+GEOMETRY_COLORS = {"l2": "#1f77b4", "linf": "#d62728", "pairs": "#2ca02c"}
+
+
+def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_length: int,
+                       title: str = "Max-margin kernel of geometry {0}, offset K = {1}, RoPE base {2}") -> go.Figure:
+    """For every (geometry, offset, base) of ``explore`` (``prediction.explore``): the max-margin kernel c(delta)
+    in units of its in-window margin against the offset back |delta| (left; the training window shaded, the
+    highest beyond-window peaks marked) and the accuracy it predicts by evaluation length (right). Buttons pick
+    the geometry and the base, a slider the offset (``grid_controls``; render with ``glue_grid_figure``).
+
+    explore[(g, K, base)]: "kernel" (m,) c at delta = 0, -1, ..., -(m-1); "peaks" list of {"delta", "value"};
+    "lengths" (n,) and "accuracy" (n,).
+    """
+    from plotly.subplots import make_subplots
+
+    geos = list(dict.fromkeys(g for g, _, _ in explore))
+    offsets = sorted({K for _, K, _ in explore})
+    bases = sorted({b for _, _, b in explore})
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1, subplot_titles=(
+        "max-margin kernel c(delta) (in-window margin = 1)", "predicted accuracy (before training)"))
+    owners: list[tuple[int, int, int]] = []
+    top = max(float(np.max(e["kernel"])) for e in explore.values())
+    low = min(float(np.min(e["kernel"])) for e in explore.values())
+    m = len(next(iter(explore.values()))["kernel"])
+    fig.add_trace(go.Scatter(x=[0, train_length - 1, train_length - 1, 0], y=[low, low, top, top], fill="toself",
+                             mode="none", fillcolor="rgba(120, 120, 120, 0.12)", name="training window",
+                             hoverinfo="skip"), row=1, col=1)
+    owners.append((-1, -1, -1))
+    for (g, K, b), e in explore.items():
+        owner = (geos.index(g), offsets.index(K), bases.index(b))
+        color = GEOMETRY_COLORS.get(g, "#444")
+        fig.add_trace(go.Scatter(x0=0, dx=1, y=np.asarray(e["kernel"], dtype=np.float32), mode="lines",
+                                 line=dict(color=color, width=1.5), name=f"c(delta), {g}",
+                                 hovertemplate="%{x} back: %{y:.2f}<extra></extra>"), row=1, col=1)
+        peaks = e["peaks"]
+        fig.add_trace(go.Scatter(x=[-p["delta"] for p in peaks], y=[p["value"] for p in peaks], mode="markers",
+                                 marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
+                                 hovertemplate="%{x} back: %{y:.2f}<extra>peak</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=np.asarray(e["lengths"]) / train_length, y=np.asarray(e["accuracy"], dtype=np.float32),
+                                 mode="lines+markers", line=dict(color=color, width=2), name=f"predicted accuracy, {g}",
+                                 hovertemplate="%{x}x: %{y:.3f}<extra></extra>"), row=1, col=2)
+        owners += [owner] * 3
+    dims = [("menu", "geometry", geos), ("slider", "offset K", [str(K) for K in offsets]),
+            ("menu", "RoPE base", [f"{b:g}" for b in bases])]
+    grid_controls(fig, owners, dims, (0, 0, 0), title)
+    fig.update_xaxes(title_text="offset back |delta| (positions)", range=[0, m], row=1, col=1)
+    fig.update_yaxes(title_text="c(delta) / in-window margin", row=1, col=1)
+    fig.update_xaxes(title_text="evaluation length / training length (log scale)", type="log", row=1, col=2)
+    fig.update_yaxes(title_text="accuracy (fraction correct)", range=[0, 1.05], row=1, col=2)
+    fig.update_layout(height=620, margin=dict(t=190, b=140, r=20), title=dict(x=0.02, y=0.99, yanchor="top"),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.08, yanchor="bottom"))
+    for i, menu in enumerate(fig.layout.updatemenus):
+        menu.update(x=0, xanchor="left", y=1.42 - 0.12 * i, yanchor="top")
+    return fig
