@@ -160,7 +160,8 @@ def test_every_chapter_of_the_book_has_a_budget() -> None:
         ["budget", "depth", "encodings", "frontier"], "the grids chapter 8 loads"
 
 
-def test_chapter_key_follows_source_parameters_package_and_grids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chapter_key_follows_source_parameters_package_and_grids(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     pkg = tmp_path / "pkg"
     (pkg / "plots").mkdir(parents=True)
     (pkg / "model.py").write_text("x = 1\n")
