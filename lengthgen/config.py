@@ -302,7 +302,7 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     ``length=None``: training ``members`` ensemble members at the training length (parameters with their
     gradients and Adam moments, activations kept for the backward pass). ``length=L``: evaluating them at
     length L on ``samples`` held-out sequences (no gradients; sequences in chunks like
-    ``evaluate.forward_chunks``). A one-layer model runs on vocabulary tables (``Model.forward_tables``):
+    ``evaluate.forward_chunks``). A one-layer model runs on vocabulary tables (``tables.py``):
     a (S, V, V, L) logit table and (S, V, L, d) keys; deeper models run on (S, B, L, d) activations and
     (S, B, L, L) attention in every layer below the last. Rough (a small multiple of the largest tensors),
     meant to catch sizes that cannot fit, not to budget exactly.

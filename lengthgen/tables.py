@@ -284,7 +284,8 @@ class TableStep(Layout):
         g_attn = g_MA[..., :V].gather(2, x)
         if rows:
             g_attn += g_MA[..., V:]
-        g_s = g_attn.sub_((g_attn * attn).sum(-1, keepdim=True)).mul_(attn)  # through the softmax
+        g_attn.mul_(attn)  # through the softmax: attn (g - sum(g attn)) = g attn - attn sum(g attn)
+        g_s = torch.addcmul(g_attn, attn, g_attn.sum(-1, keepdim=True), value=-1.0)
         g_T = torch.zeros_like(saved["T"]).scatter_add_(1, saved["index"], g_s.view(S, -1))
         if self.rotates:
             p, Xq, Yt = d // 2, saved["Xq"], saved["Yt"]

@@ -77,7 +77,8 @@ class Trained:
     model: Model
     config: Config
     seeds: list[int]
-    loss: np.ndarray  # (steps_run, S) training loss per step and member (NaN for a member with no budget)
+    loss: np.ndarray  # (steps_run, S) training loss per step and member (NaN for a member with no budget;
+    # float64 in a float64 run, else float32)
     accuracy: np.ndarray  # (steps_run, S) training-batch accuracy per step and member
     steps: np.ndarray  # (S,) steps each member trained (its early-stop step, or config.steps)
     seconds: float  # wall-clock training time (of the whole batch it was trained in)
@@ -146,17 +147,17 @@ def train_runs(
     start = time.perf_counter()
     c0 = configs[0]
     model = Model(c0, seeds).to(device)
-    stream = TrainStream(c0, seeds)
-    bar = tqdm(disable=(None if progress is None else not progress), leave=False, desc=c0.encoding,
-               total=max(c.steps for c in configs))
     if gradient == "tables" and not applies(model):
         raise ValueError(f"gradient='tables' needs a one-layer model (this one has {c0.layers}); use 'autograd'")
-    tables = applies(model) if gradient is None else gradient == "tables"
-    if tables:  # APE rows past the training length get no gradient: without decay on them, leave them out
+    if applies(model) if gradient is None else gradient == "tables":
+        # APE rows past the training length get no gradient: without decay on them, leave them out
         table_decay = any(c.weight_decay > 0 and c.decay_scope == "all" for c in configs)
         step_fn: GradientFunction = TableStep(c0, model.encoding, None if table_decay else c0.train_length)
     else:
         step_fn = AutogradStep(model)
+    stream = TrainStream(c0, seeds)
+    bar = tqdm(disable=(None if progress is None else not progress), leave=False, desc=c0.encoding,
+               total=max(c.steps for c in configs))
     with cpu_threads(device, TRAIN_THREADS):
         loss_hist, acc_hist, steps = _train(model, stream, configs, step_fn, bar, on_step, on_checkpoint,
                                             checkpoint_every)
@@ -169,8 +170,6 @@ def train_runs(
         return [Trained(model, c0, seeds, loss_hist, acc_hist, steps, seconds)]
     return [Trained(model.subset(idx, c), c, [seeds[i] for i in idx], loss_hist[:, idx], acc_hist[:, idx],
                     steps[idx], seconds) for c, idx in members.items()]
-
-
 
 
 class GradientFunction(Protocol):
