@@ -1,8 +1,8 @@
 """Comparing results across settings and seeds: the statistics the book's robustness and sweep chapters
 state their verdicts with.
 
-- sweep results as a pandas DataFrame (:func:`frame`: one row per config, seed and evaluation length, with
-  every config field), selected with :func:`where` and summarized with :func:`summary` / :func:`at` /
+- sweep results as a pandas DataFrame (``Sweep.frame()``: one row per config, seed and evaluation length,
+  with every config field), selected with :func:`where` and summarized with ``sweep.summary`` / :func:`at` /
   :func:`line` (mean, standard error over seeds);
 - two summaries are compared by the two-standard-error rule (:func:`versus`), a paired before/after over
   the same seeds by :func:`paired_change` (arrays) or :func:`paired` (two selections of a frame);
@@ -19,9 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import hashlib
-import json
-
 import numpy as np
 import pandas as pd
 import torch
@@ -29,48 +26,12 @@ import torch
 from .config import Config
 from .evaluate import Evaluation
 from .recipes import RECIPE_FIELDS
-from .sweep import Grid, Sweep, failure_length, summarize
+from .sweep import Grid, failure_length, stats, summary
 from .task import eval_tokens, targets
 
 # The outcomes of failure_verdict, in the order the book tabulates them.
 VERDICTS = ("agrees", "fails earlier", "fails later", "fails, none predicted", "predicted, does not fail",
             "neither fails")
-
-
-KERNEL_FIELDS = ("margin_target", "margin_in_window", "margin_beyond", "predicted_failure_length", "qk_norm")
-
-
-def frame(results: Sweep | Sequence[dict]) -> pd.DataFrame:
-    """Sweep results as a table: one row per (config, seed, evaluation length).
-
-    ``results``: a ``Sweep`` or its ``records`` (records of several grids may be concatenated). Columns: every
-    Config field (``steps`` is the budget), ``seed``, ``run`` (an id of the config and seed, the same in every
-    grid), ``recipe`` (``Config.recipe()``), ``length``, ``multiple`` (of the training length), ``chance``,
-    ``accuracy``, ``target_weight``, ``steps_trained`` (the early stop), ``seconds`` (training time per model:
-    its ensemble's time over its members), and what the grid recorded: ``argmax_at_target``,
-    ``argmax_at_pinned_layer1..n``, ``predicts_pinned``, and the kernel's ``KERNEL_FIELDS`` (RoPE; NaN where
-    none was recorded or, for ``predicted_failure_length``, none was predicted).
-    """
-    records = results.records if isinstance(results, Sweep) else results
-    out = []
-    for r in records:
-        c = r["config"]
-        key = json.dumps(c, sort_keys=True) + f"/{r['seed']}"
-        common = {**c, "seed": r["seed"], "run": hashlib.sha256(key.encode()).hexdigest()[:12],
-                  "recipe": Config(**c).recipe(), "steps_trained": r["steps"], "chance": 1.0 / c["vocab"],
-                  "seconds": r["batch_seconds"] / r["batch_members"] if "batch_seconds" in r else np.nan,
-                  **{k: r.get("kernel", {}).get(k) for k in KERNEL_FIELDS}}
-        for i, length in enumerate(r["lengths"]):
-            row = {**common, "length": length, "multiple": length / c["train_length"], "accuracy": r["accuracy"][i],
-                   "target_weight": r["target_weight"][i]}
-            if "argmax_at_target" in r:
-                row["argmax_at_target"] = r["argmax_at_target"][i]
-            if "argmax_at_pinned" in r:
-                row.update({f"argmax_at_pinned_layer{j + 1}": v for j, v in enumerate(r["argmax_at_pinned"][i])})
-                row["predicts_pinned"] = r["predicts_pinned"][i]
-            out.append(row)
-    df = pd.DataFrame(out)
-    return df.astype({k: float for k in KERNEL_FIELDS if k in df})
 
 
 def where(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
@@ -84,32 +45,13 @@ def where(df: pd.DataFrame, **eq: Any) -> pd.DataFrame:
     return df[mask]
 
 
-def _stats(x: np.ndarray) -> dict:
-    """mean, standard error (ddof=1; 0 for one value), min, max and n of (n,) values (NaN left out)."""
-    x = np.asarray(x, dtype=float)
-    x = x[~np.isnan(x)]
-    if not len(x):
-        return dict(mean=np.nan, sem=np.nan, min=np.nan, max=np.nan, n=0)
-    sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
-    return dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max()), n=len(x))
-
-
-def summary(df: pd.DataFrame, by: str | Sequence[str], value: str = "accuracy") -> pd.DataFrame:
-    """Mean, standard error over seeds, min, max and n of ``value`` per group of ``by`` (first-seen order),
-    as a frame indexed by ``by``."""
-    by = [by] if isinstance(by, str) else list(by)
-    out = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **_stats(g.to_numpy())}
-           for key, g in df.groupby(by, sort=False, dropna=False)[value]]
-    return pd.DataFrame(out, columns=by + ["mean", "sem", "min", "max", "n"]).set_index(by)
-
-
 def at(df: pd.DataFrame, value: str = "accuracy", **eq: Any) -> dict:
     """One summary (mean, sem, min, max, n; Python numbers) of ``value`` over the rows matching ``eq`` (e.g.
     ``multiple=4``); a ValueError when no row matches."""
     x = where(df, **eq)[value]
     if not len(x):
         raise ValueError(f"no rows with {eq}")
-    return _stats(x.to_numpy())
+    return stats(x.to_numpy())
 
 
 def line(df: pd.DataFrame, x: str, value: str = "accuracy", **eq: Any) -> tuple[list, list, list]:

@@ -18,6 +18,9 @@ stop or offset: ``train.MEMBER_FIELDS``) train as one batched ensemble (``train.
 (config, seed) is cached on its own, keyed by config, seed, evaluation settings, extras and code version. A sweep stopped at any point
 resumes where it stopped; a finished one reruns from the cache without training.
 
+``Sweep.frame()`` gives the results as a pandas DataFrame, one row per (config, seed, evaluation length);
+``summary`` gives the mean and standard error over seeds per group (``compare`` builds the book's statistics on it).
+
 Groups run in this process by default, on a local process pool with ``workers=N``, or on a Dask
 distributed cluster with ``scheduler="tcp://host:port"``. Workers only compute; this process writes
 the cache, so remote workers need no shared disk.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import dataclasses
+import hashlib
 import itertools
 import json
 import multiprocessing
@@ -36,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -253,42 +258,63 @@ class Sweep:
     records: list[dict]  # {"config", "seed", "lengths", "steps", "accuracy", "target_weight", ...}
     computed: int  # runs trained by this call (the rest came from the cache)
 
-    def rows(self) -> list[dict]:
-        """One flat row per (config, seed, evaluation length): the varied config fields, seed, length,
-        multiple (of the training length), accuracy, target_weight, steps, and any extras."""
-        varied = self.grid.varied()
-        out = []
-        for r in self.records:
-            c = r["config"]
-            for i, length in enumerate(r["lengths"]):
-                row = {k: c[k] for k in varied}
-                row.update(seed=r["seed"], length=length, multiple=length / c["train_length"],
-                           accuracy=r["accuracy"][i], target_weight=r["target_weight"][i], steps=r["steps"],
-                           chance=1.0 / c["vocab"])
-                if "argmax_at_target" in r:
-                    row["argmax_at_target"] = r["argmax_at_target"][i]
-                if "argmax_at_pinned" in r:
-                    row.update({f"argmax_at_pinned_layer{j + 1}": v for j, v in enumerate(r["argmax_at_pinned"][i])})
-                    row["predicts_pinned"] = r["predicts_pinned"][i]
-                row.update(r.get("kernel", {}))
-                out.append(row)
-        return out
+    def frame(self) -> pd.DataFrame:
+        """The results as a table, one row per (config, seed, evaluation length): see :func:`frame`."""
+        return frame(self.records)
 
 
-def summarize(rows: list[dict], by: Sequence[str], value: str) -> list[dict]:
-    """Mean, standard error (sd / sqrt(n), ddof=1; 0 for n=1), min, max and n of ``value`` per group of
-    ``by`` fields, in first-seen order. Rows where the value is None or absent are left out (counted in ``missing``)."""
-    groups: dict[tuple, list] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[k] for k in by), []).append(row.get(value))
+KERNEL_FIELDS = ("margin_target", "margin_in_window", "margin_beyond", "predicted_failure_length", "qk_norm")
+
+
+def frame(records: Sequence[dict]) -> pd.DataFrame:
+    """Sweep results as a table: one row per (config, seed, evaluation length).
+
+    ``records``: ``Sweep.records`` (records of several grids may be concatenated). Columns: every
+    Config field (``steps`` is the budget), ``seed``, ``run`` (an id of the config and seed, the same in every
+    grid), ``recipe`` (``Config.recipe()``), ``length``, ``multiple`` (of the training length), ``chance``,
+    ``accuracy``, ``target_weight``, ``steps_trained`` (the early stop), ``seconds`` (training time per model:
+    its ensemble's time over its members), and what the grid recorded: ``argmax_at_target``,
+    ``argmax_at_pinned_layer1..n``, ``predicts_pinned``, and the kernel's ``KERNEL_FIELDS`` (RoPE; NaN where
+    none was recorded or, for ``predicted_failure_length``, none was predicted).
+    """
     out = []
-    for key, vals in groups.items():
-        x = np.array([v for v in vals if v is not None], dtype=float)
-        sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
-        stats = dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max())) if len(x) else \
-            dict(mean=None, sem=None, min=None, max=None)
-        out.append({**dict(zip(by, key)), **stats, "n": len(x), "missing": len(vals) - len(x)})
-    return out
+    for r in records:
+        c = r["config"]
+        key = json.dumps(c, sort_keys=True) + f"/{r['seed']}"
+        common = {**c, "seed": r["seed"], "run": hashlib.sha256(key.encode()).hexdigest()[:12],
+                  "recipe": Config(**c).recipe(), "steps_trained": r["steps"], "chance": 1.0 / c["vocab"],
+                  "seconds": r["batch_seconds"] / r["batch_members"] if "batch_seconds" in r else np.nan,
+                  **{k: r.get("kernel", {}).get(k) for k in KERNEL_FIELDS}}
+        for i, length in enumerate(r["lengths"]):
+            row = {**common, "length": length, "multiple": length / c["train_length"], "accuracy": r["accuracy"][i],
+                   "target_weight": r["target_weight"][i]}
+            if "argmax_at_target" in r:
+                row["argmax_at_target"] = r["argmax_at_target"][i]
+            if "argmax_at_pinned" in r:
+                row.update({f"argmax_at_pinned_layer{j + 1}": v for j, v in enumerate(r["argmax_at_pinned"][i])})
+                row["predicts_pinned"] = r["predicts_pinned"][i]
+            out.append(row)
+    df = pd.DataFrame(out)
+    return df.astype({k: float for k in KERNEL_FIELDS if k in df})
+
+
+def stats(x: np.ndarray) -> dict:
+    """mean, standard error (ddof=1; 0 for one value), min, max and n of (n,) values (NaN left out)."""
+    x = np.asarray(x, dtype=float)
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return dict(mean=np.nan, sem=np.nan, min=np.nan, max=np.nan, n=0)
+    sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+    return dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max()), n=len(x))
+
+
+def summary(df: pd.DataFrame, by: str | Sequence[str], value: str = "accuracy") -> pd.DataFrame:
+    """Mean, standard error over seeds, min, max and n of ``value`` per group of ``by`` (first-seen order),
+    as a frame indexed by ``by``."""
+    by = [by] if isinstance(by, str) else list(by)
+    out = [{**dict(zip(by, key if isinstance(key, tuple) else (key,))), **stats(g.to_numpy())}
+           for key, g in df.groupby(by, sort=False, dropna=False)[value]]
+    return pd.DataFrame(out, columns=by + ["mean", "sem", "min", "max", "n"]).set_index(by)
 
 
 def failure_length(lengths: Sequence[int], accuracy: Sequence[float], chance: float) -> int | None:
@@ -361,21 +387,25 @@ def run_sweep(grid: Grid, cache: Cache | None = None, workers: int = 0, schedule
     return Sweep(grid, records, sum(len(s) for _, s in missing))
 
 
+def _accuracy_table(sweep: Sweep) -> pd.DataFrame:
+    """Accuracy summarized over seeds per config (its varied fields) and multiple; a missing value reads None."""
+    table = summary(sweep.frame(), sweep.grid.varied() + ["multiple"]).reset_index()
+    return table.astype(object).where(table.notna(), None)
+
+
 def iter_table(sweep: Sweep) -> Iterator[str]:
     """Text table: one line per config (varied fields), accuracy mean ± sem over seeds per evaluation length."""
     by = sweep.grid.varied()
-    stats = summarize(sweep.rows(), by + ["multiple"], "accuracy")
-    multiples = list(dict.fromkeys(s["multiple"] for s in stats))
+    table = _accuracy_table(sweep)
+    multiples = list(dict.fromkeys(table.multiple))
     yield " ".join(f"{k:>16}" for k in by) + "".join(f"{f'{m:g}x':>16}" for m in multiples)
-    for i in range(0, len(stats), len(multiples)):
-        line = stats[i : i + len(multiples)]
-        yield " ".join(f"{str(line[0][k]):>16}" for k in by) + "".join(
-            f"{s['mean']:>9.3f} ± {s['sem']:.3f}" for s in line)
+    for _, line in table.groupby(by, sort=False, dropna=False) if by else [(None, table)]:
+        yield " ".join(f"{str(line[k].iloc[0]):>16}" for k in by) + "".join(
+            f"{s['mean']:>9.3f} ± {s['sem']:.3f}" for _, s in line.iterrows())
 
 
 def describe(sweep: Sweep) -> dict[str, Any]:
     """A JSON-ready summary: grid name, varied fields, runs computed vs cached, accuracy by config and length."""
-    by = sweep.grid.varied()
-    return {"name": sweep.grid.name, "varied": by, "runs": len(sweep.records), "computed": sweep.computed,
-            "seeds": list(sweep.grid.seeds),
-            "accuracy": summarize(sweep.rows(), by + ["multiple"], "accuracy")}
+    return {"name": sweep.grid.name, "varied": sweep.grid.varied(), "runs": len(sweep.records),
+            "computed": sweep.computed, "seeds": list(sweep.grid.seeds),
+            "accuracy": _accuracy_table(sweep).to_dict("records")}

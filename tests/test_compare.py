@@ -13,7 +13,7 @@ import pytest
 from lengthgen import compare
 from lengthgen.config import Config
 from lengthgen.plots import md_table
-from lengthgen.sweep import grid_from_dict
+from lengthgen.sweep import frame, grid_from_dict
 from lengthgen.task import eval_tokens, targets
 
 def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
@@ -24,10 +24,10 @@ def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
             "target_weight": [0.9, 0.5, 0.3], "steps": 7, "batch_seconds": 2.0, "batch_members": 4}
 
 
-def test_frame_has_one_row_per_model_and_length_with_every_config_field() -> None:
+def test_frame_of_records_has_one_row_per_model_and_length_with_every_config_field() -> None:
     records = [_record(0, 0.9, 0.8, lr=1e-3), _record(1, 0.7, 0.6, lr=1e-3)]
     records[1]["kernel"] = {"margin_in_window": 0.5, "predicted_failure_length": None}
-    df = compare.frame(records)
+    df = frame(records)
     assert len(df) == 6 and df.multiple.tolist() == [1.0, 4.0, 8.0] * 2
     assert df.accuracy.tolist() == [1.0, 0.9, 0.8, 1.0, 0.7, 0.6]
     assert set(Config().to_dict()) <= set(df.columns) and (df.lr == 1e-3).all() and (df.optimizer == "adam").all()
@@ -35,12 +35,12 @@ def test_frame_has_one_row_per_model_and_length_with_every_config_field() -> Non
     assert df.recipe.iloc[0] == Config(**records[0]["config"]).recipe()
     assert np.isnan(df.margin_in_window.iloc[0]) and df.margin_in_window.iloc[3] == 0.5
     assert df.predicted_failure_length.isna().all()
-    again = compare.frame(records[:1] + [_record(0, 0.9, 0.8, lr=1e-3)])  # the same run in two grids: one id
+    again = frame(records[:1] + [_record(0, 0.9, 0.8, lr=1e-3)])  # the same run in two grids: one id
     assert again.run.nunique() == 1
 
 
 def test_where_selects_and_treats_none_as_missing() -> None:
-    df = compare.frame([_record(0, 0.9, 0.8), _record(0, 0.5, 0.4, target_accuracy=0.99)])
+    df = frame([_record(0, 0.9, 0.8), _record(0, 0.5, 0.4, target_accuracy=0.99)])
     assert len(compare.where(df, target_accuracy=None)) == 3
     assert compare.where(df, target_accuracy=0.99, multiple=4).accuracy.tolist() == [0.5]
     assert len(compare.where(df)) == 6
@@ -49,7 +49,7 @@ def test_where_selects_and_treats_none_as_missing() -> None:
 
 
 def test_summary_at_and_line_give_mean_and_standard_error_over_seeds() -> None:
-    df = compare.frame([_record(0, 0.5, 0.1, lr=1e-2), _record(1, 0.7, 0.1, lr=1e-2), _record(0, 0.9, 0.1, lr=1e-3)])
+    df = frame([_record(0, 0.5, 0.1, lr=1e-2), _record(1, 0.7, 0.1, lr=1e-2), _record(0, 0.9, 0.1, lr=1e-3)])
     s = compare.at(df, lr=1e-2, multiple=4)
     assert s["n"] == 2 and s["mean"] == pytest.approx(0.6)
     assert s["sem"] == pytest.approx(np.std([0.5, 0.7], ddof=1) / np.sqrt(2)) and (s["min"], s["max"]) == (0.5, 0.7)
@@ -109,7 +109,7 @@ def test_failure_multiples_in_training_lengths() -> None:
               "lengths": [16, 32, 64, 128], "accuracy": [1.0, 0.9, 0.5, 0.1], "target_weight": [0.5] * 4,
               "kernel": {"predicted_failure_length": 48}}
     never = {**record, "seed": 1, "accuracy": [1.0] * 4, "kernel": {"predicted_failure_length": None}}
-    table = compare.failure_multiples(compare.frame([record, never]))
+    table = compare.failure_multiples(frame([record, never]))
     # halfway to chance 0.1 is 0.55: the first length below it is 64
     assert table.iloc[0][["first_accuracy", "reach", "predicted", "measured"]].tolist() == [1.0, 8.0, 3.0, 4.0]
     assert table.iloc[1][["predicted", "measured"]].isna().all()
@@ -172,7 +172,7 @@ def test_check_criterion_finds_the_recipes_that_pass_and_ranks_by_slack() -> Non
     good = [_record(s, 0.995, 0.97, lr=3e-4, vocab=V) for s in range(2) for V in (16, 64)]
     close = [_record(0, 0.995, 0.97, lr=1e-3), _record(1, 0.985, 0.99, lr=1e-3)]  # one model 0.005 short at 4x
     bad = [_record(0, 0.5, 0.3, lr=1e-2)]
-    checks = compare.check_criterion(compare.frame(bad + close + good))
+    checks = compare.check_criterion(frame(bad + close + good))
     assert [c.recipe[1] for c in checks] == [3e-4, 1e-3, 1e-2]
     assert checks[0].passes and checks[0].settings == 2 and checks[0].models == 4
     assert not checks[1].passes and checks[1].failing == 1 and np.isclose(checks[1].slack, -0.005)
@@ -181,13 +181,13 @@ def test_check_criterion_finds_the_recipes_that_pass_and_ranks_by_slack() -> Non
 
 
 def test_check_criterion_keeps_a_different_rope_base_apart() -> None:
-    checks = compare.check_criterion(compare.frame([_record(0, 1.0, 1.0), _record(0, 0.2, 0.2, rope_base=100.0)]))
+    checks = compare.check_criterion(frame([_record(0, 1.0, 1.0), _record(0, 0.2, 0.2, rope_base=100.0)]))
     assert len(checks) == 2 and "RoPE base 100" in checks[1].text and "RoPE base" not in checks[0].text
 
 
 def test_paired_pairs_by_seed_and_setting() -> None:
-    before = compare.frame([_record(s, 0.5, 0.4, offset=K) for s in range(3) for K in (1, 2)])
-    after = compare.frame([_record(s, 0.7, 0.4 + 0.1 * s, offset=K, lr=1e-3) for s in range(3) for K in (1, 2)])
+    before = frame([_record(s, 0.5, 0.4, offset=K) for s in range(3) for K in (1, 2)])
+    after = frame([_record(s, 0.7, 0.4 + 0.1 * s, offset=K, lr=1e-3) for s in range(3) for K in (1, 2)])
     at4 = compare.paired(compare.where(before, multiple=4), compare.where(after, multiple=4))
     at8 = compare.paired(compare.where(before, multiple=8), compare.where(after, multiple=8))
     assert np.isclose(at4.mean, 0.2) and at4.up == 6 and at4.verdict == "up"
@@ -195,4 +195,4 @@ def test_paired_pairs_by_seed_and_setting() -> None:
     twice = pd.concat([after, after])  # a run listed by two grids is paired once
     assert compare.paired(compare.where(before, multiple=4), compare.where(twice, multiple=4)).up == 6
     with pytest.raises(ValueError, match="no rows to pair"):
-        compare.paired(before, compare.frame([_record(9, 0.5, 0.5)]))
+        compare.paired(before, frame([_record(9, 0.5, 0.5)]))

@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from lengthgen import sweep as sweep_mod
 from lengthgen.__main__ import main
 from lengthgen.cache import Cache
 from lengthgen.config import Config, ConfigError
-from lengthgen.sweep import GridError, grid_from_dict, load_grid, run_sweep, summarize
+from lengthgen.sweep import GridError, describe, grid_from_dict, iter_table, load_grid, run_sweep, summary
 
 TINY = {"vocab": 4, "dim": 8, "train_length": 8, "offset": 2, "steps": 6, "batch": 16, "target_accuracy": None}
 
@@ -121,9 +122,16 @@ def test_records_hold_per_length_results_and_kernel_for_rope(tmp_path: Path) -> 
     assert "kernel" not in ape
     assert len(ape["argmax_at_pinned"]) == 2 and len(ape["argmax_at_pinned"][0]) == TINY.get("layers", 1)
     assert all(0 <= x <= 1 for x in ape["predicts_pinned"])
-    rows = result.rows()
-    assert len(rows) == 4 * 2 and {r["multiple"] for r in rows} == {1.0, 2.0}
-    assert rows[0]["chance"] == 1 / TINY["vocab"] and "argmax_at_pinned_layer1" in rows[0]
+    df = result.frame()
+    assert len(df) == 4 * 2 and set(df.multiple) == {1.0, 2.0} and (df.chance == 1 / TINY["vocab"]).all()
+    assert df.accuracy.tolist() == [a for r in result.records for a in r["accuracy"]]
+    assert "argmax_at_pinned_layer1" in df and df.margin_in_window.notna().tolist() == [
+        r["config"]["encoding"] == "rope" for r in result.records for _ in r["lengths"]]
+    lines = list(iter_table(result))
+    assert len(lines) == 1 + len(g.configs) and "2x" in lines[0] and "±" in lines[1]
+    table = describe(result)["accuracy"]
+    assert len(table) == 2 * len(g.configs) and table[0]["n"] == len(g.seeds)
+    assert table[0]["mean"] == pytest.approx(np.mean([r["accuracy"][0] for r in result.records[: len(g.seeds)]]))
 
 
 def test_more_seeds_train_only_the_new_ones_with_the_same_numbers(tmp_path: Path, monkeypatch) -> None:
@@ -138,11 +146,12 @@ def test_more_seeds_train_only_the_new_ones_with_the_same_numbers(tmp_path: Path
     assert science(grown.records) == science(fresh.records)  # an ensemble member trains exactly as it would alone
 
 
-def test_summarize() -> None:
-    rows = [{"e": "a", "v": 1.0}, {"e": "a", "v": 3.0}, {"e": "b", "v": 2.0}, {"e": "b", "v": None}]
-    a, b = summarize(rows, ["e"], "v")
-    assert (a["mean"], a["sem"], a["n"], a["min"], a["max"]) == (2.0, 1.0, 2, 1.0, 3.0)
-    assert (b["mean"], b["sem"], b["n"], b["missing"]) == (2.0, 0.0, 1, 1)
+def test_summary_gives_mean_and_standard_error_per_group() -> None:
+    df = pd.DataFrame({"e": ["a", "a", "b", "b", None], "v": [1.0, 3.0, 2.0, np.nan, 5.0]})
+    table = summary(df, "e", "v")
+    assert list(table.index[:2]) == ["a", "b"] and len(table) == 3  # first-seen order; a missing key is a group
+    assert tuple(table.loc["a", ["mean", "sem", "n", "min", "max"]]) == (2.0, 1.0, 2, 1.0, 3.0)
+    assert tuple(table.loc["b", ["mean", "sem", "n"]]) == (2.0, 0.0, 1)  # a missing value is left out
 
 
 def test_process_pool_gives_the_same_numbers(tmp_path: Path) -> None:
