@@ -4,6 +4,7 @@
     python -m lengthgen train --encoding ape --json
     python -m lengthgen analyze --encoding rope --seeds 3
     python -m lengthgen sweep sweeps/encodings.json --quick --workers 2
+    python -m lengthgen maxmargin --geometry linf --offset 2 --train-length 32
 """
 
 from __future__ import annotations
@@ -187,6 +188,16 @@ def cmd_analyze(a: argparse.Namespace) -> None:
     print(json.dumps(report) if a.json else format_report(report))
 
 
+def cmd_maxmargin(a: argparse.Namespace) -> None:
+    from .maxmargin import report, format_report, solve
+
+    if a.multiple < 2:
+        raise ConfigError(f"--multiple {a.multiple}: look at least 2 x the training length beyond the window")
+    rep = report(solve(a.offset, a.train_length, a.dim, a.rope_base, a.geometry), a.multiple)
+    rep["rope_base"] = a.rope_base
+    print(json.dumps(rep) if a.json else format_report(rep))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lengthgen", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -206,6 +217,16 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("analyze", help="the mechanism: carrier kernel, APE pinning, attention-dilution laws")
     add_config_flags(m)
     m.set_defaults(func=cmd_analyze)
+    d = Config()
+    x = sub.add_parser("maxmargin", help="the hard-margin carrier kernel of one geometry: margins in and beyond the window")
+    x.add_argument("--geometry", default="l2", help="l2 (gradient descent), linf (sign descent, Adam) or pairs")
+    x.add_argument("--offset", type=int, default=d.offset, help="retrieve the token K back (K)")
+    x.add_argument("--train-length", type=int, default=d.train_length, help="training sequence length T")
+    x.add_argument("--dim", type=int, default=d.dim, help="model width d (d/2 RoPE pairs)")
+    x.add_argument("--rope-base", type=float, default=d.rope_base, help="RoPE frequency base")
+    x.add_argument("--multiple", type=int, default=16, help="look beyond the window out to this multiple of T")
+    x.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    x.set_defaults(func=cmd_maxmargin)
     return p
 
 

@@ -19,7 +19,8 @@ problem (book/bibliography.md):
 
 ``hard_margin`` solves any such problem from its constraint rows (also for the attention layer of
 ``selection.py``, with the Frobenius (``"l2"``), entrywise max (``"linf"``) and nuclear norms), in float64 with
-maintained solvers: cvxpy's Clarabel for the quadratic and conic problems, scipy's HiGHS for the linear program.
+maintained solvers: cvxpy's Clarabel for the quadratic and second-order cone problems, SCS for the nuclear norm's
+semidefinite one, scipy's HiGHS for the linear program; ``norm_of`` evaluates each R.
 Each solution is rescaled so that its smallest margin is exactly 1.
 
 ``predict`` turns a geometry's solution into the prediction made before training: the kernel at the norm
@@ -109,13 +110,31 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
             if shape is None or shape[0] * shape[1] != D:
                 raise ConfigError(f"the nuclear norm needs shape=(rows, cols) with rows x cols = {D}, got {shape}")
             objective = cp.normNuc(cp.reshape(x, shape, order="C"))
-        problem = cp.Problem(cp.Minimize(objective), [g @ x >= 1])
-        problem.solve(solver=cp.CLARABEL)
+        problem = cp.Problem(cp.Minimize(objective), [np.unique(g, axis=0) @ x >= 1])
+        if norm == "nuclear":  # Clarabel stops short of its own tolerance on these semidefinite programs; SCS does not
+            problem.solve(solver=cp.SCS, eps_abs=1e-10, eps_rel=1e-10, max_iters=200_000)
+        else:
+            problem.solve(solver=cp.CLARABEL)
         if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
             raise ConfigError(f"the {norm} hard-margin problem is {problem.status}: the constraints cannot all hold; "
                               f"check that the target is separable (e.g. offset < train_length, enough RoPE pairs)")
         w = np.asarray(x.value, dtype=np.float64)
     return w / (g @ w).min()
+
+
+def norm_of(w: np.ndarray, norm: str, shape: tuple[int, int] | None = None) -> np.ndarray:
+    """R(w) along the last axis for a norm of ``hard_margin`` (w: (..., D); ``shape`` for the nuclear norm)."""
+    w = np.asarray(w, dtype=np.float64)
+    if norm == "l2":
+        return np.linalg.norm(w, axis=-1)
+    if norm == "linf":
+        return np.abs(w).max(-1)
+    if norm == "pairs":
+        half = w.shape[-1] // 2
+        return np.hypot(w[..., :half], w[..., half:]).sum(-1)
+    if norm == "nuclear":
+        return np.linalg.svd(w.reshape(*w.shape[:-1], *shape), compute_uv=False).sum(-1)
+    raise ConfigError(f"norm={norm!r}: use one of {', '.join(SOLVER_NORMS)}")
 
 
 def linf_spread(g: np.ndarray, w: np.ndarray, slack: float = 1e-9) -> np.ndarray:
@@ -263,3 +282,32 @@ def predict(solution: MaxMargin, norms: Sequence[float] | np.ndarray, lengths: S
 def far_field(solution: MaxMargin, multiple: int = BEYOND_MULTIPLE) -> float:
     """The beyond-window margin out to ``multiple`` x the training length, in units of the in-window margin."""
     return solution.beyond_margin(multiple * solution.train_length - 1) / solution.in_window_margin()
+
+
+def report(solution: MaxMargin, multiple: int = BEYOND_MULTIPLE, peaks: int = PEAKS) -> dict:
+    """JSON-ready summary of one max-margin kernel (``python -m lengthgen maxmargin``): the kernel on the window,
+    its margins in and beyond it (out to ``multiple`` x the training length) and the best beyond-window peaks."""
+    T = solution.train_length
+    max_delta = multiple * T - 1
+    return {
+        "norm": solution.norm, "offset": solution.offset, "train_length": T, "dim": 2 * len(solution.theta),
+        "w": solution.w.tolist(), "pair_amplitude": solution.amplitude.tolist(),
+        "kernel": {str(-m): float(v) for m, v in enumerate(solution.kernel(-np.arange(T)))},
+        "in_window_margin": solution.in_window_margin(), "max_delta": max_delta,
+        "beyond_margin": solution.beyond_margin(max_delta), "beyond_over_in_window": far_field(solution, multiple),
+        "peaks": solution.peaks(max_delta, peaks),
+    }
+
+
+def format_report(rep: dict) -> str:
+    """The terminal text of ``report``."""
+    K, T = rep["offset"], rep["train_length"]
+    kern = "  ".join(f"{d}:{v:+.3f}" for d, v in rep["kernel"].items())
+    lines = [f"max-margin carrier kernel, geometry {rep['norm']}: offset K={K}, training length T={T}, d={rep['dim']}",
+             f"c(delta) on the window (delta: value): {kern}",
+             f"in-window margin c(-K) - best other in-window offset: {rep['in_window_margin']:.4f}",
+             f"beyond-window margin (delta in [-{rep['max_delta']}, -{T}]): {rep['beyond_margin']:+.4f} "
+             f"= {rep['beyond_over_in_window']:+.3f} x the in-window margin ({'the target still wins' if rep['beyond_margin'] > 0 else 'a far offset beats the target'})",
+             "predicted far-field peaks (best beyond-window offsets; gap = c(delta) - c(-K), >= 0 beats the target):"]
+    lines += [f"  delta {p['delta']:>6}: c = {p['value']:+.4f}, gap {p['gap']:+.4f}" for p in rep["peaks"]]
+    return "\n".join(lines)

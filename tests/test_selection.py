@@ -1,0 +1,154 @@
+"""The exact rungs: gradients right at any loss, solutions right, and each update rule reaching its own geometry's
+max-margin solution (the claims of issue 15 on rungs a and b), plus the maxmargin command."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen import ConfigError
+from lengthgen import maxmargin as mm
+from lengthgen import selection as sel
+from lengthgen.__main__ import main
+from lengthgen.optim import Optimizer
+
+KERNEL = dict(offset=2, train_length=16, dim=16)
+ATTENTION = dict(offset=2, train_length=8, vocab=6, dim=4, sequences=12)  # Frobenius and nuclear differ here
+
+
+@pytest.fixture(scope="module")
+def kernel() -> sel.Rung:
+    return sel.kernel_rung(**KERNEL)
+
+
+@pytest.fixture(scope="module")
+def attention() -> sel.Rung:
+    return sel.attention_rung(**ATTENTION)
+
+
+def test_kernel_rung_is_the_maxmargin_kernel_problem(kernel: sel.Rung) -> None:
+    theta = mm.solve(**KERNEL).theta
+    assert np.allclose(kernel.constraints(), mm.kernel_constraints(2, 16, theta))
+    assert np.allclose(kernel.solution("l2"), mm.solve(**KERNEL, norm="l2").w, atol=1e-7)
+
+
+def test_attention_rung_constrains_every_key_and_its_solutions_have_margin_one(attention: sel.Rung) -> None:
+    N, T = ATTENTION["sequences"], ATTENTION["train_length"]
+    assert attention.constraints().shape == (N * (T - 1), attention.dim)
+    tokens = attention.keys[:, :, : ATTENTION["vocab"]].argmax(-1)
+    same = (tokens == tokens[:, [T - 1 - ATTENTION["offset"]]]).sum() - N
+    assert same > 0  # the seeded set has keys that repeat the target's token: they are constrained too
+    for g in attention.geometries:
+        x = torch.from_numpy(attention.solution(g))[None]
+        assert abs(float(attention.margins(x)[0]) - 1) < 1e-7, g
+    fro, nuc = attention.solution("fro"), attention.solution("nuclear")
+    assert np.linalg.norm(fro) <= np.linalg.norm(nuc) + 1e-7
+    assert mm.norm_of(nuc, "nuclear", attention.shape) <= mm.norm_of(fro, "nuclear", attention.shape) + 1e-6
+    assert mm.cosine(fro, nuc) < 0.97  # the two geometries name different directions on this rung
+
+
+@pytest.mark.parametrize("rung_name", ["kernel", "attention"])
+@pytest.mark.parametrize("parametrisation", sel.PARAMETRISATIONS)
+def test_gradient_matches_autograd(rung_name: str, parametrisation: str, request) -> None:
+    rung = request.getfixturevalue(rung_name)
+    n = rung.dim * (1 if parametrisation == "linear" else 2)
+    p = torch.randn(2, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 0.5
+    q = p.clone().requires_grad_(True)
+    auto, = torch.autograd.grad(rung.loss(sel.end_to_end(rung, parametrisation, q)).sum(), q)
+    hand = sel.pullback(rung, parametrisation, p, rung.gradient(sel.end_to_end(rung, parametrisation, p)))
+    assert torch.allclose(auto, hand, atol=1e-12, rtol=1e-10)
+
+
+def test_gradient_stays_balanced_where_the_loss_is_far_below_float_precision(kernel: sel.Rung) -> None:
+    x = torch.from_numpy(kernel.solution("l2") * 60)[None]  # margin 60: loss about e^-60
+    loss = float(kernel.loss(x)[0])
+    assert 0 < loss < 1e-20
+    dz = kernel.logit_gradient(x)[0, 0]  # (J,)
+    # the target is pushed up exactly as hard as the others are pushed down; the naive p_t - 1 is 0 here
+    assert float(dz[2]) < 0 and abs(float(dz.sum())) < 1e-9 * abs(float(dz[2]))
+    naive = torch.softmax(kernel.logits(x), -1)[0, 0]
+    assert float(naive[2] - 1) == 0.0  # what float64 makes of p_t - 1 at this loss
+    assert float(kernel.gradient(x).norm()) > 0
+
+
+def test_normalised_step_has_length_lr_for_tiny_gradients() -> None:
+    p = torch.zeros(1, 3, dtype=torch.float64)
+    Optimizer("ngd", p, [0.5]).step(torch.tensor([[3e-200, 4e-200, 0.0]], dtype=torch.float64))
+    assert torch.allclose(p, torch.tensor([[-0.3, -0.4, 0.0]], dtype=torch.float64))
+
+
+def test_claim_ngd_on_the_kernel_reaches_the_l2_solution(kernel: sel.Rung) -> None:
+    tr = sel.run(kernel, "ngd", 0.1, 2000, checkpoints=10)
+    end = tr.final_cosine()
+    assert (end["l2"] >= 0.99).all(), end
+    assert (end["linf"] < 0.9).all(), end
+    assert tr.seed_to_seed[-1] > 0.99 and tr.random_level["l2"] < 0.5
+    assert (tr.margin_ratio["l2"][:, -1] > 0.99).all() and (tr.margin_ratio["l2"] <= 1 + 1e-9).all()
+
+
+def test_claim_sign_descent_on_the_kernel_reaches_the_linf_solution(kernel: sel.Rung) -> None:
+    tr = sel.run(kernel, "sign", 0.01, 5000, checkpoints=10)
+    end = tr.final_cosine()
+    assert (end["linf"] >= 0.99).all(), end
+    assert (end["l2"] < 0.9).all(), end  # clearly not the L2 direction
+    assert (tr.margin_ratio["linf"][:, -1] > 0.99).all()
+    assert np.allclose(tr.update_max, 1.0)  # every coordinate moves by exactly lr
+
+
+def test_claim_ngd_on_the_combined_matrix_reaches_the_frobenius_attention_svm(attention: sel.Rung) -> None:
+    tr = sel.run(attention, "ngd", 0.1, 2000, checkpoints=10)
+    end = tr.final_cosine()
+    assert (end["fro"] >= 0.99).all(), end
+    assert (end["fro"] > end["nuclear"] + 0.02).all(), end
+    assert tr.seed_to_seed[-1] > 0.99
+
+
+def test_adam_records_its_second_moment_against_eps(kernel: sel.Rung) -> None:
+    sign_like = sel.run(kernel, "adam", 0.01, 50, checkpoints=5, eps=0.0, betas=(0.9, 0.9))
+    damped = sel.run(kernel, "adam", 0.01, 50, checkpoints=5, eps=1e3)
+    assert sign_like.adam_median.shape == sign_like.adam_max.shape == (2, len(sign_like.steps))
+    assert (sign_like.adam_median <= sign_like.adam_max).all()
+    assert np.allclose(sign_like.update_max[:, 0], 1.0)  # the first Adam step is a sign step when eps = 0
+    assert (damped.update_max < 1e-2).all()  # eps far above sqrt(v_hat): a gradient step of size lr / eps
+    assert sel.run(kernel, "gd", 0.1, 5, checkpoints=2).adam_median is None
+
+
+def test_expected_geometry(kernel: sel.Rung, attention: sel.Rung) -> None:
+    assert sel.expected_geometry(kernel, "ngd") == "l2" and sel.expected_geometry(kernel, "adam") == "linf"
+    assert sel.expected_geometry(attention, "gd") == "fro" and sel.expected_geometry(attention, "signum") == "linf"
+    assert sel.expected_geometry(kernel, "gd", "factorised") == "pairs"
+    assert sel.expected_geometry(attention, "gd", "factorised") == "nuclear"
+    assert sel.expected_geometry(attention, "sign", "factorised") is None
+
+
+def test_bad_settings_say_what_to_change(kernel: sel.Rung) -> None:
+    with pytest.raises(ConfigError, match="rule"):
+        sel.run(kernel, "sgd", 0.1, 10)
+    with pytest.raises(ConfigError, match="steps"):
+        sel.run(kernel, "gd", 0.1, 0)
+    with pytest.raises(ConfigError, match="geometry"):
+        kernel.solution("fro")
+    with pytest.raises(ConfigError, match="offset"):
+        sel.attention_rung(8, 8, 4, 4, 4)
+
+
+def test_log_steps() -> None:
+    marks = sel.log_steps(1000, 10)
+    assert marks[0] == 1 and marks[-1] == 1000 and (np.diff(marks) > 0).all()
+
+
+def test_maxmargin_command(capsys) -> None:
+    assert main(["maxmargin", "--geometry", "linf", "--offset", "2", "--train-length", "16", "--dim", "16",
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    sol = mm.solve(2, 16, 16, norm="linf")
+    assert np.isclose(rep["in_window_margin"], 1) and np.isclose(rep["beyond_margin"], sol.beyond_margin(255))
+    assert len(rep["kernel"]) == 16 and rep["peaks"][0]["gap"] == pytest.approx(-rep["beyond_margin"])
+    assert main(["maxmargin", "--geometry", "pairs", "--train-length", "16", "--dim", "16"]) == 0
+    text = capsys.readouterr().out
+    assert "beyond-window margin" in text and "far-field peaks" in text
+    assert main(["maxmargin", "--geometry", "l1"]) == 2
+    assert "l2, linf, pairs" in capsys.readouterr().err
