@@ -46,27 +46,25 @@ class Glued:
     """The values a chapter glued in this kernel, as the inline expressions of its markdown ask for them.
 
     ``glue(name, value)`` stores ``value`` for the book (myst-nb) and for this kernel; ``glue.text``,
-    ``glue.any``, ``glue.md`` and ``glue.figure`` return what the matching glue role shows in the page.
+    ``glue.any``, ``glue.md`` and ``glue.figure`` return what the matching glue role shows in the page. Like
+    myst-nb, it keeps the value's representations (its mimebundle) as they were when it was glued.
     """
 
     def __init__(self) -> None:
-        self.values: dict[str, Any] = {}
+        self.bundles: dict[str, dict[str, Any]] = {}
 
     def __call__(self, name: str, variable: Any, display: bool = True) -> None:
         """myst-nb's ``glue(name, variable, display)``, and the value kept for this kernel's expressions."""
         from myst_nb import glue as myst_glue
 
         myst_glue(name, variable, display=display)
-        self.values[name] = variable
-
-    def _get(self, name: str) -> Any:
-        if name not in self.values:
-            raise KeyError(f"nothing is glued under {name!r} yet: run the code cells above this one "
-                           "(Run > Run All Cells)")
-        return self.values[name]
+        self.bundles[name] = format_display_data(variable)[0]
 
     def _bundle(self, name: str) -> dict[str, Any]:
-        return format_display_data(self._get(name))[0]
+        if name not in self.bundles:
+            raise KeyError(f"nothing is glued under {name!r} yet: run the code cells above this one "
+                           "(Run > Run All Cells)")
+        return self.bundles[name]
 
     def text(self, key_format: str) -> Text:
         """``{glue:text}`key:format```: the value's plain text, formatted as myst-nb formats it."""
@@ -75,9 +73,9 @@ class Glued:
         key, _, fmt = key_format.rpartition(":") if ":" in key_format else (key_format, "", "s")
         return Text(format_plain_text(self._bundle(key)["text/plain"], fmt))
 
-    def any(self, name: str) -> Any:
-        """``{glue:}`name```: the value itself, shown by its richest representation."""
-        return self._get(name)
+    def any(self, name: str) -> Bundle:
+        """``{glue:}`name```: the value, shown by its richest representation."""
+        return Bundle(self._bundle(name))
 
     def md(self, name: str) -> Markdown:
         """``{glue:md}`name```: the value's markdown (an ``IPython.display.Markdown``, e.g. a ``plots.md_table``)."""
@@ -86,15 +84,14 @@ class Glued:
             raise ValueError(f"{name!r} holds no markdown: glue an IPython.display.Markdown (e.g. plots.md_table)")
         return Markdown(bundle["text/markdown"])
 
-    def figure(self, name: str) -> Any:
-        """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype), or the
-        glued widget itself (a live control that a kernel shows where the page shows a static figure)."""
+    def figure(self, name: str) -> Bundle:
+        """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype), or a
+        glued widget's view (live controls that a kernel shows where the page shows a static figure)."""
         bundle = self._bundle(name)
-        if WIDGET in bundle:
-            return self._get(name)
-        if PLOTLY not in bundle:
-            raise ValueError(f"{name!r} holds no plotly figure or widget: glue figures with plots.glue_figure")
-        return Bundle({PLOTLY: bundle[PLOTLY]})
+        for mime in (WIDGET, PLOTLY):
+            if mime in bundle:
+                return Bundle({mime: bundle[mime]})
+        raise ValueError(f"{name!r} holds no plotly figure or widget: glue figures with plots.glue_figure")
 
 
 class Text:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator
 
 from playwright.sync_api import BrowserContext, Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from browser_util import LOCAL_HOST
 
@@ -32,6 +33,7 @@ import nbformat
 
 START_S = 90  # longest wait for the server to answer
 RUN_ALL_S = 240  # longest wait for a notebook's cells to finish
+SETTLE_S = 15  # longest wait for the inline expressions to show once the cells have run
 
 
 def lab_command() -> list[str]:
@@ -154,7 +156,15 @@ def run_all(page: Page, seconds: float = RUN_ALL_S) -> float:
                    const k = w.sessionContext.session.kernel;
                    return !busy && k.status === 'idle'; }""",
         timeout=seconds * 1000, polling=500)
-    page.wait_for_timeout(1500)  # inline expressions and widget views render after the kernel goes idle
+    # inline expressions are evaluated as each markdown cell runs; their replies may render after the kernel is idle
+    try:
+        page.wait_for_function(
+            """() => ![...document.querySelectorAll('.jp-Notebook .jp-MarkdownCell')]
+                       .some(c => c.innerText.includes('Unexecuted inline expression'))""",
+            timeout=SETTLE_S * 1000, polling=250)
+    except PlaywrightTimeout:
+        pass  # the markdown check reports each expression still unexecuted
+    page.wait_for_timeout(500)  # widget views and figures draw last
     return time.monotonic() - start
 
 

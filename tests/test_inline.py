@@ -15,7 +15,7 @@ from IPython.display import Markdown
 import plotly.graph_objects as go
 
 from lengthgen import plots
-from lengthgen.inline import Glued, book_markdown
+from lengthgen.inline import WIDGET, Glued, book_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE_SOURCE = """(chap-x)=
@@ -70,7 +70,7 @@ def test_glued_values_read_back_as_the_roles_show_them() -> None:
     assert repr(glue.text("acc:.3f")) == "0.988"
     assert repr(glue.text("n")) == "3"
     assert repr(glue.text("word")) == "RoPE's"
-    assert glue.any("n") == 3
+    assert glue.any("n")._repr_mimebundle_()["text/plain"] == "3"
     assert glue.md("table")._repr_markdown_() == "| a |\n| --- |\n| 1 |"
     with pytest.raises(KeyError, match="run the code cells above"):
         glue.text("missing:.3f")
@@ -95,4 +95,13 @@ def test_a_glued_widget_stands_where_the_figure_would() -> None:
     glue = Glued()
     slider = ipywidgets.IntSlider()
     glue("live", slider, display=False)
-    assert glue.figure("live") is slider
+    view = glue.figure("live")._repr_mimebundle_()
+    assert view == {WIDGET: {"version_major": 2, "version_minor": 0, "model_id": slider.model_id}}
+
+
+def test_a_value_is_shown_as_it_was_when_glued() -> None:
+    glue = Glued()
+    values = [1, 2]
+    glue("values", values, display=False)
+    values.append(3)
+    assert repr(glue.text("values")) == "[1, 2]"
