@@ -181,9 +181,10 @@ def log_likelihood_gradient(logits: torch.Tensor, target: torch.Tensor) -> tuple
     is log s - log p_t (r = -inf where s underflows: a loss of 0 there).
     """
     logp = logits.log_softmax(-1)
-    grad = logp.exp().scatter_(-1, target, 0.0)
+    logp_t = logp.gather(-1, target)
+    grad = logp.exp_().scatter_(-1, target, 0.0)
     others = grad.sum(-1, keepdim=True)  # s
-    r = others.log().sub_(logp.gather(-1, target))
+    r = others.log().sub_(logp_t)
     grad.scatter_(-1, target, others.neg_()).mul_(1.0 / logits.shape[1])
     return torch.nn.functional.softplus(r, threshold=SOFTPLUS_THRESHOLD).sum((1, 2)).mul_(-1.0 / logits.shape[1]), grad
 

@@ -208,12 +208,24 @@ def test_bad_eval_lengths_say_what_to_change() -> None:
         (["train", "--encoding", "learned"], "unknown encoding"),
         (["train", "--encoding", "ape", "--max-length", "64", "--eval-lengths", "32,128"], "APE table"),
         (["train", "--eval-lengths", "32,abc"], "comma-separated"),
+        (["train", "--train-set", "16", "--batch", "8"], "set batch=16 too"),
+        (["train", "--dtype", "float16"], "unknown dtype"),
+        (["train", "--optimizer", "sgd"], "use one of adam, gd, ngd, sign, signum"),
     ],
 )
 def test_cli_bad_input_is_a_clear_error_not_a_traceback(argv, words, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and words in err and "Traceback" not in err
+
+
+def test_cli_flags_reach_the_config(capsys) -> None:
+    """--train-set sets the batch too (full batch); --dtype and --optimizer pass through."""
+    argv = ["train", "--train-set", "24", "--dtype", "float64", "--optimizer", "signum", "--steps", "3",
+            "--seeds", "1", "--eval-lengths", "32", "--samples", "10", "--json"]
+    assert main(argv) == 0
+    config = json.loads(capsys.readouterr().out)["config"]
+    assert (config["train_set"], config["batch"], config["dtype"], config["optimizer"]) == (24, 24, "float64", "signum")
 
 
 def test_cli_train_json_contract(capsys) -> None:

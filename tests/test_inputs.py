@@ -107,6 +107,8 @@ def test_estimate_counts_the_table_path_tensors() -> None:
     assert "attention (batch x length x length)" in memory_terms(deeper), "deeper models: L x L attention per layer"
     # evaluation at a longer length costs more than at a shorter one
     assert estimate_bytes(c, 3, length=4096) > estimate_bytes(c, 3, length=256)
+    wide = memory_terms(c.replace(dtype="float64"), members=3)
+    assert wide["logit table (vocab x vocab x length)"][0] == 2 * table, "float64: every float twice as wide"
 
 
 def test_ape_table_and_ensemble_width_are_checked() -> None:
