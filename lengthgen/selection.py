@@ -302,3 +302,58 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
         grad_norm=stack("grad"), update_max=stack("umax"), update_norm=stack("unorm"),
         adam_median=stack("amed"), adam_max=stack("amax"), eps=eps, seconds=seconds, final=xs[:, -1],
     )
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One trajectory's settings for ``run``: the rule, its step size and horizon, and what it trains."""
+
+    rule: str
+    lr: float
+    steps: int
+    parametrisation: str = "linear"
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+    @property
+    def label(self) -> str:
+        extra = "" if self.betas == (0.9, 0.999) and self.eps == 1e-8 else f", b2={self.betas[1]:g}, eps={self.eps:g}"
+        fact = ", factorised" if self.parametrisation == "factorised" else ""
+        return f"{self.rule} (lr {self.lr:g}{extra}{fact}, {self.steps} steps)"
+
+
+# The ladder's check, per rung: every rule at a step size and horizon where it settles (measured on this
+# machine; ``ladder(..., scale=0.1)`` shortens every horizon for quick runs). Adam appears twice: with the book's
+# defaults, and with b2 = b1 and eps = 0, the sign-like form the l-infinity result describes.
+LADDER = {
+    "kernel": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.1, 10_000), Recipe("sign", 0.01, 10_000),
+               Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
+               Recipe("adam", 0.01, 20_000, betas=(0.9, 0.9), eps=0.0), Recipe("gd", 1.0, 100_000, "factorised")],
+    "attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.1, 10_000), Recipe("sign", 0.01, 10_000),
+                  Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
+                  Recipe("adam", 0.01, 20_000, betas=(0.9, 0.9), eps=0.0), Recipe("gd", 1.0, 100_000, "factorised")],
+}
+
+
+def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+           checkpoints: int = 30) -> list[Trajectory]:
+    """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``."""
+    recipes = LADDER[rung.name] if recipes is None else recipes
+    return [run(rung, r.rule, r.lr, max(1, round(r.steps * scale)), seeds, r.parametrisation, checkpoints,
+                betas=r.betas, eps=r.eps) for r in recipes]
+
+
+def summary(tr: Trajectory, rung: Rung) -> dict:
+    """One row of the ladder's table: the last checkpoint's cosines and margin ratios per geometry (mean and
+    smallest over seeds), the baselines, and whether the rule reached its own geometry (cosine >= 0.99)."""
+    own = expected_geometry(rung, tr.rule, tr.parametrisation)
+    row = {"rung": tr.rung, "rule": tr.rule, "parametrisation": tr.parametrisation, "lr": tr.lr,
+           "steps": int(tr.steps[-1]), "own": own, "seconds": tr.seconds, "loss": float(tr.loss[:, -1].mean()),
+           "seed_to_seed": float(tr.seed_to_seed[-1])}
+    for g in rung.geometries:
+        row[f"cos_{g}"] = float(tr.cosine[g][:, -1].mean())
+        row[f"cos_{g}_min"] = float(tr.cosine[g][:, -1].min())
+        row[f"ratio_{g}"] = float(tr.margin_ratio[g][:, -1].mean())
+        row[f"random_{g}"] = tr.random_level[g]
+    row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= 0.99)
+    return row

@@ -73,7 +73,16 @@ def figures() -> dict[str, Callable[[], go.Figure]]:
         "selection_explorer": lambda: plots.selection_explorer({("l2", 2, 100.0): {
             "kernel": np.linspace(1, -1, 40), "peaks": [{"delta": -20, "value": 0.5}], "lengths": [8, 16],
             "accuracy": [1.0, 0.8]}}, 8),
+        "selection_curves": lambda: plots.selection_curves({"ngd": rung_run("ngd"), "sign": rung_run("sign")}),
+        "adam_anatomy": lambda: plots.adam_anatomy(rung_run("adam")),
     }
+
+
+def rung_run(rule: str):  # -> selection.Trajectory
+    """A few steps of one rule on a small kernel rung (milliseconds)."""
+    from lengthgen import selection
+
+    return selection.run(selection.kernel_rung(1, 4, 4), rule, 0.1, 8, checkpoints=3)
 
 
 def public_figure_functions() -> set[str]:

@@ -152,3 +152,15 @@ def test_maxmargin_command(capsys) -> None:
     assert "beyond-window margin" in text and "far-field peaks" in text
     assert main(["maxmargin", "--geometry", "l1"]) == 2
     assert "l2, linf, pairs" in capsys.readouterr().err
+
+
+def test_figures_of_the_rungs(kernel: sel.Rung) -> None:
+    from lengthgen import plots
+
+    runs = {"ngd": sel.run(kernel, "ngd", 0.1, 20, checkpoints=4), "adam": sel.run(kernel, "adam", 0.01, 20, checkpoints=4)}
+    fig = plots.selection_curves(runs)
+    assert len(fig.data) == 2 * (3 + 1 + 3) and fig.layout.xaxis.type == "log" and "kernel" in fig.layout.title.text
+    anatomy = plots.adam_anatomy(runs["adam"])
+    assert any("eps" in t.name for t in anatomy.data) and anatomy.layout.height
+    with pytest.raises(ValueError, match="Adam"):
+        plots.adam_anatomy(runs["ngd"])

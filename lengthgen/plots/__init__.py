@@ -24,7 +24,7 @@ from .render import (
     BOOK_BUILD_ENV, CHANCE_STYLE, COLORS, GRID_JS, HEIGHT, LABELS, BookHTML, GridHTML, glue_figure, glue_grid_figure,
     grid_controls, grid_visibility, md_table, slider_figure, use_book_renderer,
 )
-from .selection import selection_explorer
+from .selection import adam_anatomy, selection_curves, selection_explorer
 from .sweeps import predicted_vs_measured, setting_effects, sweep_lines
 
 __all__ = [
@@ -34,5 +34,5 @@ __all__ = [
     "glue_grid_figure", "grid_controls", "grid_visibility", "kernel_shapes", "last_query_attention", "law_scatter",
     "margin_vs_accuracy", "md_table", "pair_spectrum_figure", "playground_grid", "predicted_vs_measured",
     "reach_envelope", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
-    "selection_explorer", "sweep_lines", "training_curves", "use_book_renderer",
+    "selection_explorer", "selection_curves", "adam_anatomy", "sweep_lines", "training_curves", "use_book_renderer",
 ]

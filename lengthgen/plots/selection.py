@@ -1,13 +1,17 @@
-"""Figures of chapter 10 (what training selects): the max-margin explorer over geometry, offset and RoPE base."""
+"""Figures of chapter 10 (what training selects): the max-margin explorer over geometry, offset and RoPE base; the
+exact rungs' cosine curves per rule with their baselines; Adam's update taken apart."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import plotly.graph_objects as go
 
 from .render import grid_controls
+
+if TYPE_CHECKING:
+    from ..selection import Trajectory
 
 GEOMETRY_COLORS = {"l2": "#1f77b4", "linf": "#d62728", "pairs": "#2ca02c"}
 
@@ -63,3 +67,56 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
     for i, menu in enumerate(fig.layout.updatemenus):
         menu.update(x=0, xanchor="left", y=1.42 - 0.12 * i, yanchor="top")
     return fig
+
+
+ATTENTION_COLORS = {"fro": "#1f77b4", "linf": "#d62728", "nuclear": "#2ca02c"}
+
+
+def selection_curves(runs: Mapping[str, "Trajectory"], title: str = "What each rule selects on the {0} rung") -> go.Figure:
+    """For each run (``selection.run``; the slider picks the rule): the cosine of the end-to-end iterate to every
+    geometry's max-margin solution against the step (log scale), mean over seeds, with the two baselines: the
+    seed-to-seed cosine (grey) and the mean |cosine| of a random direction with each solution (dotted, flat)."""
+    from .render import finish, slider_figure
+
+    frames = {}
+    for label, tr in runs.items():
+        colors = GEOMETRY_COLORS if tr.rung == "kernel" else ATTENTION_COLORS
+        traces = [go.Scatter(x=tr.steps, y=c.mean(0), mode="lines+markers", name=f"cosine to {g} solution",
+                             line=dict(color=colors.get(g, "#444"), width=2), marker=dict(size=4),
+                             hovertemplate="step %{x}: %{y:.4f}<extra>" + g + "</extra>")
+                  for g, c in tr.cosine.items()]
+        traces.append(go.Scatter(x=tr.steps, y=tr.seed_to_seed, mode="lines", name="seed-to-seed cosine",
+                                 line=dict(color="#7f7f7f", width=1.5, dash="dash")))
+        traces += [go.Scatter(x=[tr.steps[0], tr.steps[-1]], y=[level, level], mode="lines",
+                              name=f"random direction vs {g} (mean |cos|)", hoverinfo="skip",
+                              line=dict(color=colors.get(g, "#444"), width=1, dash="dot"))
+                   for g, level in tr.random_level.items()]
+        frames[label] = traces
+    rung = next(iter(runs.values())).rung
+    fig = slider_figure(frames, "rule")
+    fig.update_xaxes(type="log")
+    return finish(fig, title.format(rung), "step (log scale)", "cosine to the max-margin solution",
+                  yaxis_range=[-0.05, 1.05])
+
+
+def adam_anatomy(tr: "Trajectory", member: int = 0, title: str = "Adam along training: gradient, sqrt(v_hat) and eps") -> go.Figure:
+    """Adam's update taken apart along one run (``selection.run`` with rule "adam"): the gradient norm, the median
+    and the largest sqrt(v_hat) against eps (flat), and the largest update per step in units of lr (1: every
+    coordinate moves by lr, as sign descent does; far below 1: the step has shrunk). Log scales."""
+    from .render import finish
+
+    if tr.adam_median is None:
+        raise ValueError(f"rule {tr.rule!r}: the anatomy needs an Adam run (rule='adam')")
+    s = tr.steps
+    fig = go.Figure([
+        go.Scatter(x=s, y=tr.grad_norm[member], mode="lines", name="|gradient|_2", line=dict(color="#1f77b4")),
+        go.Scatter(x=s, y=tr.adam_median[member], mode="lines", name="median sqrt(v_hat)", line=dict(color="#2ca02c")),
+        go.Scatter(x=s, y=tr.adam_max[member], mode="lines", name="largest sqrt(v_hat)",
+                   line=dict(color="#2ca02c", dash="dash")),
+        go.Scatter(x=[s[0], s[-1]], y=[tr.eps, tr.eps], mode="lines", name=f"eps = {tr.eps:g}",
+                   line=dict(color="black", dash="dot", width=1)),
+        go.Scatter(x=s, y=tr.update_max[member], mode="lines", name="largest update / lr", line=dict(color="#d62728")),
+    ])
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log", exponentformat="power")
+    return finish(fig, title, "step (log scale)", "size (log scale, loss units)")
