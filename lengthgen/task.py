@@ -63,8 +63,9 @@ class TrainStream:
     def next(self, members: Sequence[int] | None = None) -> torch.Tensor:
         """The next batch: tokens (S, batch, L), or (len(members), batch, L) for the given members only. Each
         member draws exactly what it draws in a full batch (its own generator); the length stream advances once."""
-        if self.fixed is not None:
-            return self.fixed if members is None else self.fixed[list(members)]
+        if self.fixed is not None:  # the same tensor while every member trains (no copy a step)
+            rows = None if members is None else [int(m) for m in members]
+            return self.fixed if rows is None or rows == list(range(len(self.fixed))) else self.fixed[rows]
         gens = self.gens if members is None else [self.gens[m] for m in members]
         return self.draw(gens, self.next_length())
 

@@ -145,6 +145,17 @@ def test_a_fixed_training_set_is_drawn_once_and_used_whole() -> None:
     assert "a fixed training set of 12 (full batch)" in c.recipe()
 
 
+@pytest.mark.parametrize("gradient", ["tables", "autograd"])
+def test_full_batch_gradient_descent_on_a_fixed_set_never_raises_the_loss(gradient: str) -> None:
+    """A small gradient step on the same 64 sequences lowers their loss at every step (float64); fresh
+    batches of 64 do not (their loss is measured on a new batch each time)."""
+    c = Config(train_set=64, batch=64, optimizer="gd", lr=0.5, dtype="float64", steps=40, target_accuracy=None)
+    fixed = train(c, [0, 1], progress=False, gradient=gradient)
+    assert (np.diff(fixed.loss, axis=0) < 0).all() and (fixed.loss[-1] < fixed.loss[0] - 0.5).all()
+    fresh = train(c.replace(train_set=None), [0, 1], progress=False, gradient=gradient)
+    assert (np.diff(fresh.loss, axis=0) > 0).any()
+
+
 @pytest.mark.parametrize("gap", [1e-12, 1e-30, 1e-200])
 def test_loss_and_gradient_stay_exact_when_the_target_is_almost_certain(gap: float) -> None:
     """float64: a member whose target probability is within ``gap`` of 1 still gets a finite, non-zero loss
