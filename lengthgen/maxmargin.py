@@ -307,7 +307,8 @@ def format_report(rep: dict) -> str:
              f"c(delta) on the window (delta: value): {kern}",
              f"in-window margin c(-K) - best other in-window offset: {rep['in_window_margin']:.4f}",
              f"beyond-window margin (delta in [-{rep['max_delta']}, -{T}]): {rep['beyond_margin']:+.4f} "
-             f"= {rep['beyond_over_in_window']:+.3f} x the in-window margin ({'the target still wins' if rep['beyond_margin'] > 0 else 'a far offset beats the target'})",
+             f"= {rep['beyond_over_in_window']:+.3f} x the in-window margin "
+             f"({'the target still wins' if rep['beyond_margin'] > 0 else 'a far offset beats the target'})",
              "predicted far-field peaks (best beyond-window offsets; gap = c(delta) - c(-K), >= 0 beats the target):"]
     lines += [f"  delta {p['delta']:>6}: c = {p['value']:+.4f}, gap {p['gap']:+.4f}" for p in rep["peaks"]]
     return "\n".join(lines)

@@ -18,8 +18,10 @@ Two problems small enough to train to their limit in float64, full batch, with e
 
   The constraints are x_q^T W (x_target - x_j) >= 1 for EVERY non-target key j, also when key j holds the same
   token as the target: the loss of both rungs is the cross-entropy of the target *position* among the keys
-  (log-softmax, numerically stable in float64), which keeps pushing a same-token key down, so its hard-margin
-  limit constrains every key. Such a key stays separable through its position features.
+  (written as the softplus of a logsumexp, exact in float64 at any loss), which keeps pushing a same-token key
+  down, so its hard-margin limit constrains every key. Such a key stays separable through its position features.
+  (A read-out would not mind a same-token key; the position-selection loss is the one the attention-SVM results
+  are stated for, Tarzanagh et al. 2023.)
 
 A rung's parameters are either the end-to-end vector itself (``"linear"``: w, or W flattened row-major) or a
 factorisation (``"factorised"``: per RoPE pair z_p = q_p conj(k_p) for the kernel, whose bias is the pair norm; Wq
@@ -110,10 +112,7 @@ class Rung:
 
     def margins(self, x: torch.Tensor) -> torch.Tensor:
         """(S,) the smallest logit gap target minus any other key, over sequences: >= 1 at a hard-margin point."""
-        z = self.logits(x)
-        tgt = z.gather(-1, self.target.expand(x.shape[0], -1)[..., None])
-        others = z.scatter(-1, self.target.expand(x.shape[0], -1)[..., None], float("-inf"))
-        return (tgt[..., 0] - others.amax(-1)).amin(-1)
+        return -self._gaps(x).amax(-1).amax(-1)
 
     def constraints(self) -> np.ndarray:
         """(N (J-1), D) rows vec(q_n (k_target - k_j)^T) for every sequence n and non-target key j."""

@@ -157,7 +157,7 @@ def test_maxmargin_command(capsys) -> None:
 def test_figures_of_the_rungs(kernel: sel.Rung) -> None:
     from lengthgen import plots
 
-    runs = {"ngd": sel.run(kernel, "ngd", 0.1, 20, checkpoints=4), "adam": sel.run(kernel, "adam", 0.01, 20, checkpoints=4)}
+    runs = {rule: sel.run(kernel, rule, 0.01, 20, checkpoints=4) for rule in ("ngd", "adam")}
     fig = plots.selection_curves(runs)
     assert len(fig.data) == 2 * (3 + 1 + 3) and fig.layout.xaxis.type == "log" and "kernel" in fig.layout.title.text
     anatomy = plots.adam_anatomy(runs["adam"])

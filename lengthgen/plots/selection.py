@@ -72,7 +72,8 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
 ATTENTION_COLORS = {"fro": "#1f77b4", "linf": "#d62728", "nuclear": "#2ca02c"}
 
 
-def selection_curves(runs: Mapping[str, "Trajectory"], title: str = "What each rule selects on the {0} rung") -> go.Figure:
+def selection_curves(runs: Mapping[str, "Trajectory"],
+                     title: str = "What each rule selects on the {0} rung") -> go.Figure:
     """For each run (``selection.run``; the slider picks the rule): the cosine of the end-to-end iterate to every
     geometry's max-margin solution against the step (log scale), mean over seeds, with the two baselines: the
     seed-to-seed cosine (grey) and the mean |cosine| of a random direction with each solution (dotted, flat)."""
@@ -99,7 +100,8 @@ def selection_curves(runs: Mapping[str, "Trajectory"], title: str = "What each r
                   yaxis_range=[-0.05, 1.05])
 
 
-def adam_anatomy(tr: "Trajectory", member: int = 0, title: str = "Adam along training: gradient, sqrt(v_hat) and eps") -> go.Figure:
+def adam_anatomy(tr: "Trajectory", member: int = 0,
+                 title: str = "Adam along training: gradient, sqrt(v_hat) and eps") -> go.Figure:
     """Adam's update taken apart along one run (``selection.run`` with rule "adam"): the gradient norm, the median
     and the largest sqrt(v_hat) against eps (flat), and the largest update per step in units of lr (1: every
     coordinate moves by lr, as sign descent does; far below 1: the step has shrunk). Log scales."""
