@@ -71,6 +71,7 @@ class Optimizer:
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
         self.v = torch.zeros_like(params) if rule == "adam" else None
+        self._groups: list[tuple[float, list[int] | None]] | None = None  # see _lr_groups
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only the members at ``rows`` (indices into the current buffer), in that order."""
@@ -82,6 +83,7 @@ class Optimizer:
             self.m = self.m.index_select(0, rows)
         if self.v is not None:
             self.v = self.v.index_select(0, rows)
+        self._groups = None
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -122,16 +124,22 @@ class Optimizer:
             update = update.addcmul(self.params, self.decay)
         self.params.sub_(update.mul_(self.lr))
 
+    def _lr_groups(self) -> list[tuple[float, list[int] | None]]:
+        """Each distinct step size and the rows holding it (None: every row), cached until ``keep``."""
+        if self._groups is None:
+            lrs = self.lr.view(-1).tolist()
+            self._groups = [(lr, None if all(x == lr for x in lrs) else [i for i, x in enumerate(lrs) if x == lr])
+                            for lr in dict.fromkeys(lrs)]
+        return self._groups
+
     def _fused_adam_step(self, grad: torch.Tensor) -> None:
         """Adam without weight decay through torch's one-pass kernel, once per distinct step size (the
         same update as ``direction``, other rounding)."""
         self.t += 1
-        lrs = self.lr.view(-1).tolist()
-        for lr in dict.fromkeys(lrs):
-            rows = [i for i, x in enumerate(lrs) if x == lr]
-            whole = len(rows) == len(lrs)
-            pick = (lambda t: [t]) if whole else (lambda t: [t[i] for i in rows])
+        step = torch.tensor(float(self.t))  # read by the kernel, not advanced
+        for lr, rows in self._lr_groups():
+            pick = (lambda t: [t]) if rows is None else (lambda t, rows=rows: [t[i] for i in rows])
             torch._fused_adamw_(pick(self.params), pick(grad), pick(self.m), pick(self.v), [],
-                                [torch.tensor(float(self.t))] * (1 if whole else len(rows)),
+                                [step] * (1 if rows is None else len(rows)),
                                 lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
                                 eps=self.eps, amsgrad=False, maximize=False)

@@ -108,15 +108,16 @@ def test_gradient_descent_matches_torch_sgd() -> None:
         assert torch.allclose(ours.params[s], rows[s].detach(), rtol=1e-12, atol=1e-15), s
 
 
+@pytest.mark.parametrize("decayed", [True, False])  # Adam without decay: torch's fused kernel
 @pytest.mark.parametrize("rule", RULES)
-def test_keep_drops_members_and_the_others_go_on_as_if_alone(rule: str) -> None:
+def test_keep_drops_members_and_the_others_go_on_as_if_alone(rule: str, decayed: bool) -> None:
     """Members 0 and 2 of three, after member 1 leaves at step 2, end exactly where the two alone end;
     ``keep`` also reorders."""
     grads = gradients(5)
     p0 = torch.randn(3, 7, generator=generator(15), dtype=torch.float64)
-    decay = torch.rand(3, 7, generator=generator(16), dtype=torch.float64)
-    three = Optimizer(rule, p0.clone(), LR, decay.clone())
-    two = Optimizer(rule, p0[[2, 0]].clone(), [LR[2], LR[0]], decay[[2, 0]].clone())
+    decay = torch.rand(3, 7, generator=generator(16), dtype=torch.float64) if decayed else None
+    three = Optimizer(rule, p0.clone(), LR, None if decay is None else decay.clone())
+    two = Optimizer(rule, p0[[2, 0]].clone(), [LR[2], LR[0]], None if decay is None else decay[[2, 0]].clone())
     for t, g in enumerate(grads):
         if t == 2:
             three.keep(torch.tensor([2, 0]))
