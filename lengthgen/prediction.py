@@ -133,7 +133,7 @@ EXTRAPOLATES = (8, CRITERION[8.0])  # "extrapolates to 8x": accuracy at 8x the t
 
 
 def fit_norm(solution: MaxMargin, vocab: int, accuracy: float = FIT_ACCURACY, low: float = 0.1, high: float = 1e3,
-             iterations: int = 14) -> float:
+             iterations: int = 10) -> float:
     """The smallest kernel norm |w|_2 at which ``solution``'s predicted accuracy (``maxmargin.predict``: kernel
     law, ideal read-out) at the training length reaches ``accuracy``: the scale at which the kernel alone first
     fits the training length. Bisection in log norm on [low, high]; needs nothing trained."""
