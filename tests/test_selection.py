@@ -107,11 +107,11 @@ def test_claim_ngd_on_the_combined_matrix_reaches_the_frobenius_attention_svm(at
 
 
 def test_adam_records_its_second_moment_against_eps(kernel: sel.Rung) -> None:
-    sign_like = sel.run(kernel, "adam", 0.01, 50, checkpoints=5, eps=0.0, betas=(0.9, 0.9))
+    sign_like = sel.run(kernel, "adam", 0.01, 50, checkpoints=5, eps=1e-300, betas=(0.9, 0.9))
     damped = sel.run(kernel, "adam", 0.01, 50, checkpoints=5, eps=1e3)
     assert sign_like.adam_median.shape == sign_like.adam_max.shape == (2, len(sign_like.steps))
     assert (sign_like.adam_median <= sign_like.adam_max).all()
-    assert np.allclose(sign_like.update_max[:, 0], 1.0)  # the first Adam step is a sign step when eps = 0
+    assert np.allclose(sign_like.update_max[:, 0], 1.0)  # the first Adam step is a sign step when eps is negligible
     assert (damped.update_max < 1e-2).all()  # eps far above sqrt(v_hat): a gradient step of size lr / eps
     assert sel.run(kernel, "gd", 0.1, 5, checkpoints=2).adam_median is None
 
