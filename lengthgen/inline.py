@@ -13,7 +13,11 @@ markdown source (JupyterLab evaluates it)  what the book build parses instead (m
 a line of only ``glue.md("table")``        a ``{glue:md} table`` directive (``:format: myst``)
 a ``{figure}`` directive whose body is     a ``{glue:figure} fig_key`` directive with the same options
 ``glue.figure("fig_key")`` and a caption   and caption
+``{ref}`2. Title <chapter-x>```            ``{ref}`chapter-x``` (the same text: the heading's title)
 =========================================  ==========================================
+
+A reference to another chapter cannot be resolved inside one notebook, so JupyterLab would show its bare label
+with a warning; with the heading's title as its text it shows the title, as the page does.
 
 The book build does the rewriting on Sphinx's ``source-read`` event (this module is a Sphinx extension,
 listed in ``_config.yml``), so the executed notebooks and their downloads keep the JupyterLab form, and the
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from IPython.core.formatters import format_display_data
@@ -39,6 +45,9 @@ ROLE_OF = {"text": "glue:text", "any": "glue:", "md": "glue:md"}
 # a line that is only {eval}`glue.md("key")`
 MD_BLOCK = re.compile(rf'(^|\n)\{{eval\}}`glue\.md\("({_NAME})"\)`(?=\n|$)')
 # ```{figure}\n:opt: ...\n\n{eval}`glue.figure("key")`\n\ncaption\n```
+# {ref}`title <label>`, and a heading with a label: (label)=\n# title
+REF = re.compile(r"\{ref\}`([^`<]+?) <([\w-]+)>`")
+HEADING = re.compile(r"^\(([\w-]+)\)=[ \t]*\n#+[ \t]+(.+?)[ \t]*$", re.M)
 FIGURE = re.compile(rf'```\{{figure\}}[ \t]*\n((?::[^\n]*\n)*)\n?\{{eval\}}`glue\.figure\("({_NAME})"\)`[ \t]*\n')
 
 
@@ -124,27 +133,47 @@ class Bundle:
 glue = Glued()  # chapters: from lengthgen.inline import glue
 
 
-def book_markdown(source: str) -> str:
+def heading_titles(notebooks: list[Path]) -> dict[str, str]:
+    """label -> title of every labelled heading (``(label)=`` then ``# title``) in the markdown of ``notebooks``."""
+    titles = {}
+    for path in notebooks:
+        for cell in json.loads(Path(path).read_text()).get("cells", []):
+            if cell.get("cell_type") == "markdown":
+                source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+                titles.update(HEADING.findall(source))
+    return titles
+
+
+def book_markdown(source: str, titles: dict[str, str] | None = None) -> str:
     """A markdown cell's source with every inline expression of this module replaced by the glue role or
-    directive the book build renders (the table above); the rest of the text is unchanged."""
+    directive the book build renders, and every reference whose text is its target's title (``titles``:
+    label -> title) written as the bare label (the table above); the rest of the text is unchanged."""
+    if titles:
+        source = REF.sub(lambda m: f"{{ref}}`{m.group(2)}`" if titles.get(m.group(2)) == m.group(1) else m.group(0),
+                         source)
     source = FIGURE.sub(lambda m: f"```{{glue:figure}} {m.group(2)}\n{m.group(1)}", source)
     source = MD_BLOCK.sub(lambda m: f"{m.group(1)}```{{glue:md}} {m.group(2)}\n:format: myst\n```", source)
     return INLINE.sub(lambda m: f"{{{ROLE_OF[m.group(1)]}}}`{m.group(2)}`", source)
 
 
-def book_notebook(text: str) -> str:
+def book_notebook(text: str, titles: dict[str, str] | None = None) -> str:
     """A notebook's JSON text with ``book_markdown`` applied to every markdown cell (others untouched)."""
     nb = json.loads(text)
     for cell in nb.get("cells", []):
         if cell.get("cell_type") == "markdown":
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
-            cell["source"] = book_markdown(source)
+            cell["source"] = book_markdown(source, titles)
     return json.dumps(nb)
+
+
+@lru_cache(maxsize=4)
+def _book_titles(srcdir: str) -> dict[str, str]:
+    return heading_titles(sorted((Path(srcdir) / "book").glob("*.ipynb")))
 
 
 def _source_read(app: Any, docname: str, content: list[str]) -> None:
     if str(app.env.doc2path(docname)).endswith(".ipynb"):
-        content[0] = book_notebook(content[0])
+        content[0] = book_notebook(content[0], _book_titles(str(app.srcdir)))
 
 
 def setup(app: Any) -> dict[str, Any]:

@@ -5,7 +5,8 @@ In every markdown cell: ``{glue:text}`k:f``` becomes ``{eval}`glue.text("k:f")``
 ``{eval}`glue.any("k")```, ``{glue:md}`k``` becomes ``{eval}`glue.md("k")```, a ``{glue:md} k`` directive
 (``:format: myst``) becomes a paragraph of ``{eval}`glue.md("k")```, and a ``{glue:figure} k`` directive
 becomes a ``{figure}`` directive (same options and caption) whose body starts with
-``{eval}`glue.figure("k")```. In code cells, ``from myst_nb import glue`` becomes
+``{eval}`glue.figure("k")```; ``{ref}`label``` to a labelled heading of a chapter becomes
+``{ref}`its title <label>``` (a title that has changed since is refreshed). In code cells, ``from myst_nb import glue`` becomes
 ``from lengthgen.inline import glue`` (the same function, which also keeps each value for the kernel's
 inline expressions). ``lengthgen/inline.py`` explains the mechanism; the book build turns every rewritten
 cell back into exactly the glue roles it had (checked here cell by cell: a cell that would not come back
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("lengthgen_inline", ROOT / "lengthgen" / "inline.py")
 _inline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_inline)
-book_markdown = _inline.book_markdown
+book_markdown, heading_titles = _inline.book_markdown, _inline.heading_titles
 
 KINDS = {"glue:text": "text", "glue:": "any", "glue:md": "md"}
 ROLE = re.compile(r"\{(glue:text|glue:|glue:md)\}`([^`\"]+)`")
@@ -39,23 +40,29 @@ MD_DIRECTIVE = re.compile(r"```\{glue:md\} ([^\s`]+)\n:format: myst\n```")
 FIGURE = re.compile(r"```\{glue:figure\} ([^\s`]+)[ \t]*\n((?::[^\n]*\n)*)")
 IMPORT = re.compile(r"^from myst_nb import glue$", re.M)
 LEFT = re.compile(r"\{glue[:a-z]*\}")  # any glue role or directive left after the rewrite
+BARE_REF = re.compile(r"\{ref\}`([\w-]+)`")
 
 
-def lab_markdown(source: str) -> str:
-    """A markdown cell's source in the JupyterLab form (inverse of ``lengthgen.inline.book_markdown``)."""
+def lab_markdown(source: str, titles: dict[str, str] | None = None) -> str:
+    """A markdown cell's source in the JupyterLab form (inverse of ``lengthgen.inline.book_markdown``);
+    ``titles``: label -> title of the headings a bare ``{ref}`` may point to."""
+    titles = titles or {}
+    source = _inline.REF.sub(lambda m: f"{{ref}}`{m.group(2)}`" if m.group(2) in titles else m.group(0), source)
+    source = BARE_REF.sub(lambda m: f"{{ref}}`{titles[m.group(1)]} <{m.group(1)}>`" if m.group(1) in titles
+                          else m.group(0), source)
     source = FIGURE.sub(lambda m: f"```{{figure}}\n{m.group(2)}\n{{eval}}`glue.figure(\"{m.group(1)}\")`\n", source)
     source = MD_DIRECTIVE.sub(lambda m: f"{{eval}}`glue.md(\"{m.group(1)}\")`", source)
     return ROLE.sub(lambda m: f"{{eval}}`glue.{KINDS[m.group(1)]}(\"{m.group(2)}\")`", source)
 
 
-def rewrite(path: Path) -> tuple[bool, list[str]]:
+def rewrite(path: Path, titles: dict[str, str]) -> tuple[bool, list[str]]:
     """Rewrite one notebook in place; returns (changed, problems)."""
     nb = nbformat.read(path, as_version=4)
     changed, problems = False, []
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
-            new = lab_markdown(cell.source)
-            if book_markdown(new) != book_markdown(cell.source):
+            new = lab_markdown(cell.source, titles)
+            if book_markdown(new, titles) != book_markdown(cell.source, titles):
                 problems.append(f"{path.name} cell {i}: the rewrite would change the page; left as it is")
                 continue
             if LEFT.search(new):
@@ -78,15 +85,16 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a notebook needs it")
     args = parser.parse_args()
     paths = args.notebooks or sorted((ROOT / "book").glob("*.ipynb"))
+    titles = heading_titles(sorted((ROOT / "book").glob("*.ipynb")) + list(paths))
     status = 0
     for path in paths:
         if args.check:
             nb = nbformat.read(path, as_version=4)
-            if any(LEFT.search(c.source) for c in nb.cells if c.cell_type == "markdown"):
-                print(f"{path}: has glue roles; run scripts/inline_roles.py")
+            if any(lab_markdown(c.source, titles) != c.source for c in nb.cells if c.cell_type == "markdown"):
+                print(f"{path}: has glue roles or bare references; run scripts/inline_roles.py")
                 status = 1
             continue
-        changed, problems = rewrite(path)
+        changed, problems = rewrite(path, titles)
         for p in problems:
             print(p, file=sys.stderr)
             status = 1
