@@ -137,6 +137,9 @@ def cmd_headline(a: argparse.Namespace) -> None:
     """RoPE and APE on the default task, each with the book's two recipes (lengthgen.recipes)."""
     base = Config()
     lengths = [m * base.train_length for m in HEADLINE_MULTIPLES]
+    print("Headline numbers from two training regimes (lengthgen/recipes.py), one column each: "
+          + "; ".join(f"{name}: {with_recipe(base, name).recipe()}" for name in RECIPES)
+          + ". Small steps is the regime the implicit-bias account is about.")
     print(f"Fixed-offset retrieval: V={base.vocab}, d={base.dim}, train length {base.train_length}, "
           f"offset K={base.offset}, {len(HEADLINE_SEEDS)} seeds. Accuracy on held-out sequences:")
     reports = {f"{enc} ({name})": run_report(with_recipe(base.replace(encoding=enc), name), HEADLINE_SEEDS, lengths, 1000)

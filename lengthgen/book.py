@@ -64,8 +64,8 @@ BUILD_META = "lengthgen_build"  # notebook metadata of an executed copy: its cha
 BUDGETS: dict[str, tuple[float, float]] = {
     "00_intro": (30, 30),
     "01_the_gap": (30, 60),
-    "02_rope_equivariance": (20, 40),
-    "03_ape_memorizes": (20, 30),
+    "02_rope_equivariance": (40, 180),
+    "03_ape_memorizes": (40, 150),
     "04_carrier_kernel": (30, 40),
     "05_dilution_law": (60, 220),
     "06_robustness": (45, 120),

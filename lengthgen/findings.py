@@ -1,0 +1,80 @@
+"""The findings page's rule: a claim's verdict from per-seed measurements under each training recipe.
+
+A claim is checked at one or more *horizons* (e.g. 2x, 4x, 8x the training length), nearest first. At each
+horizon a recipe's per-seed values give a mean and its standard error, and the two-standard-error rule decides:
+the claim passes when the whole interval mean +/- 2 se is on the claim's side of its threshold, fails when the
+whole interval is on the other side, and is undecided otherwise (as in ``compare.versus``). A recipe then
+*holds* the claim when it passes at every horizon, *bounds* it when it passes at the nearest horizon but fails
+further out, and does not hold it otherwise; the verdict across recipes is one of ``VERDICTS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean, standard error of the mean and count of per-seed values."""
+
+    mean: float
+    se: float
+    n: int
+
+    def text(self, digits: int = 3) -> str:
+        """``mean ± 2 se (n seeds)``, the form the findings table prints."""
+        return f"{self.mean:.{digits}f} ± {2 * self.se:.{digits}f} ({self.n} seeds)"
+
+
+def estimate(values: Sequence[float] | np.ndarray) -> Estimate:
+    """The Estimate of per-seed values (S,); se is 0 for a single seed."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0 or not np.isfinite(x).all():
+        raise ValueError(f"estimate: give finite per-seed values, got {x.tolist()}")
+    se = float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
+    return Estimate(float(x.mean()), se, int(x.size))
+
+
+def decide(e: Estimate, threshold: float, above: bool) -> bool | None:
+    """Two-standard-error rule: True when mean +/- 2 se lies entirely at or above ``threshold`` (``above``) or at
+    or below it (not ``above``), False when entirely on the other side, None when the interval straddles it."""
+    lo, hi = e.mean - 2 * e.se, e.mean + 2 * e.se
+    if above:
+        return True if lo >= threshold else False if hi < threshold else None
+    return True if hi <= threshold else False if lo > threshold else None
+
+
+def recipe_status(decisions: Sequence[bool | None]) -> str:
+    """One recipe's status over the horizons (nearest first): "holds", "bounded", "undecided" or "fails"."""
+    if not decisions:
+        raise ValueError("recipe_status: give at least one horizon's decision")
+    if all(d is True for d in decisions):
+        return "holds"
+    if decisions[0] is True and any(d is False for d in decisions):
+        return "bounded"
+    if any(d is False for d in decisions[:1]) or all(d is False for d in decisions):
+        return "fails"
+    return "undecided"
+
+
+def verdict(decisions: Mapping[str, Sequence[bool | None]]) -> str:
+    """The verdict across recipes (recipe name -> decisions over the horizons, nearest first): "holds" under
+    every recipe; "holds in one regime: NAME" when it holds under some only; "bounded" when no recipe holds it
+    everywhere but one holds it at the nearest horizon; "undecided" when the seeds cannot tell; else "does not
+    hold"."""
+    status = {name: recipe_status(d) for name, d in decisions.items()}
+    holding = [name for name, s in status.items() if s == "holds"]
+    if holding and len(holding) == len(status):
+        return "holds"
+    if holding:
+        return f"holds in one regime: {', '.join(holding)}"
+    if any(s == "bounded" for s in status.values()):
+        return "bounded"
+    if any(s == "undecided" for s in status.values()):
+        return "undecided"
+    return "does not hold"

@@ -1,0 +1,59 @@
+"""One figure per training recipe, joined into one figure with a recipe control (buttons above the plot).
+
+Any figure of the other families (with or without a slider) is built once per recipe; ``recipe_menu`` puts
+their traces into one figure whose recipe buttons and (when the figures have one) slider act independently,
+through ``grid_controls``. Glue the result with ``glue_grid_figure`` so that the page combines the controls.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import plotly.graph_objects as go
+
+from .render import grid_controls
+
+MENU_ROOM = 50  # pixels added above a figure for its row of recipe buttons
+
+
+def _slider_owner(fig: go.Figure) -> tuple[list[int], list[str], str]:
+    """Per trace of ``fig``, the index of the slider step that shows it (-1: no slider, always shown); the step
+    labels; the slider's label."""
+    if not fig.layout.sliders:
+        return [-1] * len(fig.data), [], ""
+    slider = fig.layout.sliders[0]
+    owner = [-1] * len(fig.data)
+    for i, step in enumerate(slider.steps):
+        for j, shown in enumerate(step.args[0]["visible"]):
+            if shown:
+                owner[j] = i
+    label = (slider.currentvalue.prefix or "").rstrip(": ")
+    return owner, [step.label for step in slider.steps], label
+
+
+def recipe_menu(figs: Mapping[str, go.Figure], title: str) -> go.Figure:
+    """``figs`` (recipe name -> the same figure built from that recipe's models, with the same slider steps if
+    any) as one figure with a button per recipe; the first recipe is shown first. ``title`` may hold ``{0}``
+    for the recipe's name (and ``{1}`` for the slider's value when the figures have a slider)."""
+    if not figs:
+        raise ValueError("recipe_menu: give at least one figure (recipe name -> figure)")
+    names = list(figs)
+    first = figs[names[0]]
+    owners, labels, label = [], None, ""
+    fig = go.Figure(layout=first.layout)
+    fig.update_layout(sliders=[], updatemenus=[])
+    for r, name in enumerate(names):
+        owner, steps, label = _slider_owner(figs[name])
+        if labels is None:
+            labels = steps
+        elif steps != labels:
+            raise ValueError(f"recipe_menu: recipe {name!r} has slider steps {steps}, the first has {labels}; "
+                             "build every recipe's figure over the same grid")
+        for trace, o in zip(figs[name].data, owner):
+            fig.add_trace(trace)
+            owners.append([r, o] if labels else [r])
+    dims = [("menu", "recipe", names)] + ([("slider", label, labels)] if labels else [])
+    fig = grid_controls(fig, owners, dims, [0] * len(dims), title)
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 110
+    fig.update_layout(height=(first.layout.height or 440) + MENU_ROOM, margin=dict(t=top + MENU_ROOM))
+    return fig

@@ -1,0 +1,58 @@
+"""The findings page's verdict rule (lengthgen.findings) and the recipe control of figures (plots.recipe_menu)."""
+
+import numpy as np
+import pytest
+
+from lengthgen import findings, plots
+
+
+def test_estimate_mean_and_standard_error():
+    e = findings.estimate([1.0, 2.0, 3.0])
+    assert e.mean == pytest.approx(2.0) and e.n == 3
+    assert e.se == pytest.approx(1.0 / np.sqrt(3))
+    assert e.text(2) == f"2.00 ± {2 / np.sqrt(3):.2f} (3 seeds)"
+    assert findings.estimate([0.5]).se == 0.0
+    with pytest.raises(ValueError, match="finite per-seed"):
+        findings.estimate([np.nan, 1.0])
+
+
+def test_two_standard_error_rule():
+    tight = findings.Estimate(0.97, 0.005, 4)  # interval [0.96, 0.98]
+    assert findings.decide(tight, 0.95, above=True) is True
+    assert findings.decide(tight, 0.99, above=True) is False
+    assert findings.decide(tight, 0.975, above=True) is None
+    assert findings.decide(tight, 0.99, above=False) is True
+    assert findings.decide(tight, 0.95, above=False) is False
+
+
+def test_verdicts_over_recipes_and_horizons():
+    assert findings.verdict({"a": [True, True], "b": [True, True]}) == "holds"
+    assert findings.verdict({"a": [True, False], "b": [True, True]}) == "holds in one regime: b"
+    assert findings.verdict({"a": [True, False], "b": [True, None]}) == "bounded"
+    assert findings.verdict({"a": [None, None], "b": [False, False]}) == "undecided"
+    assert findings.verdict({"a": [False, True], "b": [False, False]}) == "does not hold"
+    assert all(v.split(":")[0] in findings.VERDICTS for v in (
+        findings.verdict({"a": [True]}), findings.verdict({"a": [False]}), findings.verdict({"a": [None]})))
+
+
+def test_recipe_menu_joins_slider_figures():
+    rng = np.random.default_rng(0)
+    figs = {name: plots.last_query_attention({32: rng.random((2, 32)), 64: rng.random((2, 64))}, 2, 32, "")
+            for name in ("first fit", "small steps")}
+    fig = plots.recipe_menu(figs, "profile, {0}, {1}")
+    assert len(fig.data) == sum(len(f.data) for f in figs.values())
+    owners = fig.layout.meta["grid"]["owners"]
+    assert {o[0] for o in owners} == {0, 1} and {o[1] for o in owners} == {0, 1}
+    shown = [o for o, t in zip(owners, fig.data) if t.visible]
+    assert shown and all(o == [0, 0] for o in shown)  # the first recipe at the first length
+    assert fig.layout.title.text == "profile, first fit, L=32"
+    assert [b.label for b in fig.layout.updatemenus[0].buttons] == ["recipe: first fit", "recipe: small steps"]
+
+
+def test_recipe_menu_without_slider_and_mismatch():
+    figs = {name: plots.shift_test([1, 2], {"rope": np.ones(2)}, "") for name in ("a", "b")}
+    assert plots.recipe_menu(figs, "{0}").layout.meta["grid"]["owners"] == [[0], [1]]
+    other = {"a": plots.last_query_attention({32: np.ones((1, 32))}, 2, 32, ""),
+             "b": plots.last_query_attention({32: np.ones((1, 32)), 64: np.ones((1, 64))}, 2, 32, "")}
+    with pytest.raises(ValueError, match="same grid"):
+        plots.recipe_menu(other, "{0}")
