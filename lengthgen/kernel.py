@@ -291,3 +291,17 @@ def predicted_failure_length(model: Model, offset: int, train_length: int, max_l
         if all(r is not None for r in result):
             break
     return result
+
+
+def seed_agreement(kern: np.ndarray) -> np.ndarray:
+    """Cosine between the kernels of every pair of members, each curve centred first (a constant added to every
+    logit leaves the softmax unchanged, so only the shape counts).
+
+    kern: (S, n) kernels over the same n offsets. Returns the S(S-1)/2 cosines, pairs (i < j) in row order.
+    """
+    if kern.ndim != 2 or kern.shape[0] < 2:
+        raise ConfigError(f"seed_agreement needs kernels of shape (S, n) with S >= 2 members; got {kern.shape}")
+    centred = kern - kern.mean(1, keepdims=True)
+    unit = centred / np.linalg.norm(centred, axis=1, keepdims=True)
+    i, j = np.triu_indices(len(kern), 1)
+    return (unit[i] * unit[j]).sum(1)

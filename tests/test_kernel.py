@@ -18,6 +18,7 @@ from lengthgen.kernel import (
     pair_spectrum,
     predicted_failure_length,
     rank_one_share,
+    seed_agreement,
     singular_values,
     target_margin,
 )
@@ -165,3 +166,14 @@ def test_bad_input_says_what_to_change(rope) -> None:
         pair_spectrum(Model(SMALL.replace(encoding="ape"), seeds=[0]))
     with pytest.raises(ConfigError, match="margin >= 0"):
         aliased_peaks(rope.model, 2, 16, 100, margin=-1)
+
+
+def test_seed_agreement_ignores_offsets_and_scale_but_not_shape() -> None:
+    x = np.cos(np.arange(50) * 0.7)
+    same = np.stack([x, 3 * x + 5, -x])  # a shifted and scaled copy, and the mirror image
+    assert np.allclose(seed_agreement(same), [1.0, -1.0, -1.0])
+    rng = np.random.default_rng(0)
+    noise = seed_agreement(rng.normal(size=(4, 2000)))
+    assert noise.shape == (6,) and np.abs(noise).max() < 0.1
+    with pytest.raises(ConfigError, match="S >= 2"):
+        seed_agreement(x[None])
