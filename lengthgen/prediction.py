@@ -16,6 +16,7 @@ Shapes: S members (seeds), d model width (= 2 x the number of RoPE pairs), n che
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -147,6 +148,14 @@ def fit_norm(solution: MaxMargin, vocab: int, accuracy: float = FIT_ACCURACY, lo
     return high
 
 
+@functools.lru_cache(maxsize=None)
+def fitted_solution(offset: int, train_length: int, dim: int, rope_base: float, geometry: str,
+                    vocab: int) -> tuple[MaxMargin, float]:
+    """(the max-margin kernel of ``geometry``, its ``fit_norm`` at ``vocab``), solved once per process."""
+    sol = solve(offset, train_length, dim, rope_base, geometry)
+    return sol, fit_norm(sol, vocab)
+
+
 def setting_of(config: dict) -> tuple:
     """(vocab, offset, rope_base, optimizer): a prediction-table row's key, from a sweep record's config."""
     return config["vocab"], config["offset"], config["rope_base"], config["optimizer"]
@@ -168,29 +177,22 @@ def prediction_table(records: Sequence[dict], multiples: Sequence[int] = (2, 4, 
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault(setting_of(r["config"]), []).append(r)
-    solutions: dict[tuple, MaxMargin] = {}
-    norms: dict[tuple, float] = {}
     rows = []
     for (V, K, base, rule), recs in groups.items():
         c = recs[0]["config"]
         T, geo = c["train_length"], geometry[rule]
-        key = (K, T, c["dim"], base, geo)
-        if key not in solutions:
-            solutions[key] = solve(K, T, c["dim"], base, geo)
-        sol = solutions[key]
-        if key + (V,) not in norms:
-            norms[key + (V,)] = fit_norm(sol, V)
+        sol, norm = fitted_solution(K, T, c["dim"], base, geo, V)
         lengths = [T * m for m in multiples]
         index = [recs[0]["lengths"].index(L) for L in [T] + lengths]
         acc = np.array([[r["accuracy"][i] for i in index] for r in recs])  # (seeds, 1 + len(multiples))
         margin = float(np.mean([r["kernel"]["margin_in_window"] for r in recs]))
-        before = predict(sol, [norms[key + (V,)]], lengths, V).accuracy[:, 0]
+        before = predict(sol, [norm], lengths, V).accuracy[:, 0]
         trained = predict(sol, [max(margin, 1e-6) * np.linalg.norm(sol.w)], lengths, V).accuracy[:, 0]
         sem = acc.std(0, ddof=1) / np.sqrt(len(acc)) if len(acc) > 1 else np.zeros(acc.shape[1])
         m8, bar = EXTRAPOLATES
         rows.append({
             "vocab": V, "offset": K, "rope_base": base, "optimizer": rule, "geometry": geo, "seeds": len(recs),
-            "fit": float(acc[:, 0].mean()), "norm": norms[key + (V,)], "far_field": far_field(sol),
+            "fit": float(acc[:, 0].mean()), "norm": norm, "far_field": far_field(sol),
             "trained_margin": margin,
             "predicted": dict(zip(multiples, before.tolist())), "at_trained": dict(zip(multiples, trained.tolist())),
             "measured": dict(zip(multiples, acc[:, 1:].mean(0).tolist())), "sem": dict(zip(multiples, sem[1:].tolist())),
@@ -216,8 +218,7 @@ def explore(offsets: Sequence[int], bases: Sequence[float], geometries: Sequence
     for g in geometries:
         for K in offsets:
             for base in bases:
-                sol = solve(K, train_length, dim, base, g)
-                norm = fit_norm(sol, vocab)
+                sol, norm = fitted_solution(K, train_length, dim, base, g, vocab)
                 out[g, K, base] = {
                     "kernel": sol.kernel(-np.arange(reach * train_length)), "peaks": sol.peaks(reach * train_length - 1),
                     "far_field": far_field(sol, reach), "norm": norm, "lengths": list(lengths),
