@@ -26,9 +26,9 @@ class Estimate:
     se: float
     n: int
 
-    def text(self, digits: int = 3) -> str:
-        """``mean ± 2 se (n seeds)``, the form the findings table prints."""
-        return f"{self.mean:.{digits}f} ± {2 * self.se:.{digits}f} ({self.n} seeds)"
+    def text(self, digits: int = 3, unit: str = "seeds") -> str:
+        """``mean ± 2 se (n seeds)``, the form the findings table prints (``unit``: what the n values are)."""
+        return f"{self.mean:.{digits}f} ± {2 * self.se:.{digits}f} ({self.n} {unit})"
 
 
 def estimate(values: Sequence[float] | np.ndarray) -> Estimate:
@@ -78,3 +78,11 @@ def verdict(decisions: Mapping[str, Sequence[bool | None]]) -> str:
     if any(s == "undecided" for s in status.values()):
         return "undecided"
     return "does not hold"
+
+
+def all_of(decisions: Sequence[bool | None]) -> bool | None:
+    """One decision for a claim that must pass in every setting: False when any setting fails, True when all
+    pass, None otherwise."""
+    if any(d is False for d in decisions):
+        return False
+    return True if all(d is True for d in decisions) else None

@@ -56,3 +56,9 @@ def test_recipe_menu_without_slider_and_mismatch():
              "b": plots.last_query_attention({32: np.ones((1, 32)), 64: np.ones((1, 64))}, 2, 32, "")}
     with pytest.raises(ValueError, match="same grid"):
         plots.recipe_menu(other, "{0}")
+
+
+def test_all_of_settings():
+    assert findings.all_of([True, True]) is True
+    assert findings.all_of([True, None]) is None
+    assert findings.all_of([None, False, True]) is False
