@@ -44,6 +44,9 @@ CHECK_EVERY, CHECK_SAMPLES, CHECK_SEED = 100, 1000, 1  # checkpoints during trai
 BASELINE_STEPS = 100  # steps timed per thread setting for seconds per step (the baseline is ~20x slower)
 EVAL_LENGTH, EVAL_SAMPLES = 8192, 1000
 MATMUL_SIZE = 2048
+# Long float64 runs: full batch on a fixed training set, each rule at a step size it trains with
+LONG_N, LONG_STEPS, LONG_TARGET_STEPS = 256, 1000, 100_000
+LONG_RULES = {"gd": 0.1, "ngd": 0.05, "sign": 1e-3, "adam": 1e-3}
 SWEEP_MODELS, SWEEP_STEPS = 1000, 50  # the sweep-throughput grid: 4 step sizes x 250 seeds, 50 steps each
 R = TypeVar("R")
 
@@ -235,6 +238,21 @@ def flops(c: Config, repeats: int) -> dict:
     return out
 
 
+def long_runs(repeats: int) -> dict:
+    """Full-batch float64 training (a fixed set of LONG_N sequences, batch = LONG_N) of the default model
+    with each update rule the implicit-bias work uses, one thread: steps per second over LONG_STEPS steps
+    (median of ``repeats``) and the seconds that makes for LONG_TARGET_STEPS steps."""
+    out: dict = {"train_set": LONG_N, "steps_timed": LONG_STEPS, "for_steps": LONG_TARGET_STEPS, "rules": {}}
+    with threads(1):
+        for rule, lr in LONG_RULES.items():
+            c = Config(train_set=LONG_N, batch=LONG_N, dtype="float64", optimizer=rule, lr=lr, steps=LONG_STEPS,
+                       target_accuracy=None)
+            t = timed(lambda: train(c, [0], progress=False), repeats)[0]
+            out["rules"][rule] = {"lr": lr, **t, "steps_per_s": {k: LONG_STEPS / v for k, v in t.items()},
+                                  "seconds_for_target": {k: v * LONG_TARGET_STEPS / LONG_STEPS for k, v in t.items()}}
+    return out
+
+
 def sweep_grid() -> dict:
     """The 1000-model grid: RoPE on the default task, 4 step sizes x 250 seeds, SWEEP_STEPS steps each,
     evaluated at 1x and 4x on 200 held-out samples."""
@@ -320,6 +338,13 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
         ("playground retrain, first fit (Config())", "<= 1 s", pg["wall"] <= 1,
          f"{pg['wall']:.3f} s (cpu {pg['cpu']:.3f}; {pg['seeds']} seeds)"),
     ]
+    lr_ = r["long_runs"]
+    for rule, v in lr_["rules"].items():
+        out.append((f"float64 full batch (N={lr_['train_set']}), {rule}, {lr_['for_steps']:.0e} steps", "<= 60 s",
+                    v["seconds_for_target"]["wall"] <= 60,
+                    f"{v['seconds_for_target']['wall']:.0f} s (cpu {v['seconds_for_target']['cpu']:.0f}); "
+                    f"{v['steps_per_s']['wall']:.0f} steps/s wall, {v['steps_per_s']['cpu']:.0f} cpu "
+                    f"(timed on {lr_['steps_timed']} steps)"))
     sw = r["sweep"]
     for label in ("in_process", "local_2_workers", "dask_2_workers"):
         if sw.get(label):
@@ -377,6 +402,7 @@ def main() -> None:
              ("vs_baseline", lambda: vs_baseline(small, r["headline"], default_threads)),
              ("playground_small_steps", lambda: playground_time(small, 1)),
              ("playground", lambda: playground_time(c, a.repeats)),
+             ("long_runs", lambda: long_runs(a.repeats)),
              ("sweep", (lambda: {}) if a.no_sweep else sweep_throughput),
              ("to_99", lambda: time_to_99(c, a.repeats)),
              ("batched", lambda: batched_vs_in_a_row(c, a.repeats)),
