@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from .kernel import BEYOND_MULTIPLE, pair_spectrum
 from .maxmargin import MaxMargin, coefficients, cosine, far_field, predict, solve
 from .model import Model
 from .optim import GEOMETRY
-from .train import Trained, train
+from .train import Trained, cpu_threads, train
 
 
 def kernel_coefficients(model: Model) -> np.ndarray:
@@ -130,15 +130,29 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 # The prediction table -------------------------------------------------------------------------------------------
 
 FIT_ACCURACY = 0.99  # the kernel "fits" the training length when its predicted accuracy there reaches this
+# Gaussian draws per (target token) class in this module's predictions: V x 128 samples per length, a standard
+# error of at most 0.011 at V = 16 (0.002 near accuracy 0.99); a quarter of maxmargin's default, for speed.
+PREDICT_DRAWS = 128
+
+
+def one_thread(fn: Callable) -> Callable:
+    """Run ``fn`` with one intra-op CPU thread (``train.cpu_threads``): the predictions are many small tensor
+    operations, several times slower when split over threads on a busy machine."""
+    @functools.wraps(fn)
+    def wrapped(*args: object, **kwargs: object) -> object:
+        with cpu_threads(torch.device("cpu")):
+            return fn(*args, **kwargs)
+    return wrapped
 EXTRAPOLATES = (8, CRITERION[8.0])  # "extrapolates to 8x": accuracy at 8x the training length >= 0.95
 
 
+@one_thread
 def fit_norm(solution: MaxMargin, vocab: int, accuracy: float = FIT_ACCURACY, low: float = 0.1, high: float = 1e3,
              iterations: int = 10) -> float:
     """The smallest kernel norm |w|_2 at which ``solution``'s predicted accuracy (``maxmargin.predict``: kernel
     law, ideal read-out) at the training length reaches ``accuracy``: the scale at which the kernel alone first
     fits the training length. Bisection in log norm on [low, high]; needs nothing trained."""
-    at = lambda n: float(predict(solution, [n], [solution.train_length], vocab).accuracy[0, 0])  # noqa: E731
+    at = lambda n: float(predict(solution, [n], [solution.train_length], vocab, PREDICT_DRAWS).accuracy[0, 0])  # noqa: E731
     if at(high) < accuracy:
         raise ConfigError(f"the {solution.norm} kernel does not reach accuracy {accuracy} at the training length "
                           f"even at norm {high}; lower the accuracy or raise high")
@@ -161,6 +175,7 @@ def setting_of(config: dict) -> tuple:
     return config["vocab"], config["offset"], config["rope_base"], config["optimizer"]
 
 
+@one_thread
 def prediction_table(records: Sequence[dict], multiples: Sequence[int] = (2, 4, 8, 16),
                      geometry: dict[str, str] = GEOMETRY) -> list[dict]:
     """One row per (vocab, offset, rope_base, optimizer) of ``records`` (sweep records of one-layer RoPE runs
@@ -186,8 +201,8 @@ def prediction_table(records: Sequence[dict], multiples: Sequence[int] = (2, 4, 
         index = [recs[0]["lengths"].index(L) for L in [T] + lengths]
         acc = np.array([[r["accuracy"][i] for i in index] for r in recs])  # (seeds, 1 + len(multiples))
         margin = float(np.mean([r["kernel"]["margin_in_window"] for r in recs]))
-        before = predict(sol, [norm], lengths, V).accuracy[:, 0]
-        trained = predict(sol, [max(margin, 1e-6) * np.linalg.norm(sol.w)], lengths, V).accuracy[:, 0]
+        before = predict(sol, [norm], lengths, V, PREDICT_DRAWS).accuracy[:, 0]
+        trained = predict(sol, [max(margin, 1e-6) * np.linalg.norm(sol.w)], lengths, V, PREDICT_DRAWS).accuracy[:, 0]
         sem = acc.std(0, ddof=1) / np.sqrt(len(acc)) if len(acc) > 1 else np.zeros(acc.shape[1])
         m8, bar = EXTRAPOLATES
         rows.append({
@@ -208,6 +223,7 @@ def rank_agreement(rows: Sequence[dict], multiple: int, predicted: str = "predic
     return spearman([r[predicted][multiple] for r in rows], [r["measured"][multiple] for r in rows])
 
 
+@one_thread
 def explore(offsets: Sequence[int], bases: Sequence[float], geometries: Sequence[str], train_length: int, dim: int,
             vocab: int, lengths: Sequence[int], reach: int = BEYOND_MULTIPLE) -> dict[tuple[str, int, float], dict]:
     """The explorer's grid, all before training: for every (geometry, offset, base), the max-margin kernel c(delta)
@@ -222,7 +238,7 @@ def explore(offsets: Sequence[int], bases: Sequence[float], geometries: Sequence
                 out[g, K, base] = {
                     "kernel": sol.kernel(-np.arange(reach * train_length)), "peaks": sol.peaks(reach * train_length - 1),
                     "far_field": far_field(sol, reach), "norm": norm, "lengths": list(lengths),
-                    "accuracy": predict(sol, [norm], lengths, vocab).accuracy[:, 0],
+                    "accuracy": predict(sol, [norm], lengths, vocab, PREDICT_DRAWS).accuracy[:, 0],
                 }
     return out
 

@@ -80,7 +80,7 @@ T, D, V = 12, 16, 8
 def test_fit_norm_is_where_the_kernel_first_fits_the_training_length() -> None:
     sol = solve(2, T, D, 100.0, "linf")
     norm = pr.fit_norm(sol, V)
-    at = lambda n: predict(sol, [n], [T], V).accuracy[0, 0]  # noqa: E731
+    at = lambda n: predict(sol, [n], [T], V, pr.PREDICT_DRAWS).accuracy[0, 0]  # noqa: E731
     assert at(norm) >= pr.FIT_ACCURACY > at(norm / 1.05)
     with pytest.raises(ConfigError, match="does not reach"):
         pr.fit_norm(sol, V, high=0.2)
@@ -102,7 +102,7 @@ def test_prediction_table_joins_the_prediction_with_the_trained_models() -> None
     assert gd["fit"] == 1.0 and sign["fit"] == 0.75 and gd["trained_margin"] == 3.0
     assert not gd["measured_extrapolates"] and not sign["measured_extrapolates"]
     sol = solve(2, T, D, 100.0, "l2")
-    expected = predict(sol, [pr.fit_norm(sol, V)], [2 * T, 4 * T, 8 * T], V).accuracy[:, 0]
+    expected = predict(sol, [pr.fit_norm(sol, V)], [2 * T, 4 * T, 8 * T], V, pr.PREDICT_DRAWS).accuracy[:, 0]
     assert [gd["predicted"][m] for m in (2, 4, 8)] == pytest.approx(expected.tolist())
     assert gd["predicted_extrapolates"] == (expected[-1] >= pr.EXTRAPOLATES[1])
     assert gd["far_field"] == pytest.approx(far_field(sol))
