@@ -237,7 +237,9 @@ def test_killed_sweep_resumes(tmp_path: Path, monkeypatch) -> None:
     counting = CountingTrain()
     monkeypatch.setattr(sweep_mod, "train_runs", counting)
     result = run_sweep(g, cache)
-    assert len(counting.calls) == (12 - stored) // 2 and result.computed == 12 - stored
+    # a group's two entries are written one after the other, so the kill may land between them: a group with
+    # one seed stored is trained again for its other seed only (one call, one computed run)
+    assert len(counting.calls) == 6 - stored // 2 and result.computed == 12 - stored
     assert len(cache) == 12
 
 
