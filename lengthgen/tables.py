@@ -193,9 +193,10 @@ class TableStep(Layout):
         key = (L, x.dtype, buf.dtype, buf.device)
         if key not in self._cache:  # per length: the constants, the j V^2 offsets, the scaled (cos, sin)
             const = table_constants(self.enc, d, L, buf.dtype, buf.device)
+            turn = torch.tensor([[[1.0, 1.0]], [[-1.0, 1.0]]], dtype=buf.dtype, device=buf.device)
             self._cache = {key: (const, (torch.arange(L, device=buf.device) * (V * V)).to(x.dtype),
-                                 None if const.trig is None else const.trig * (1.0 / math.sqrt(d)))}
-        const, jvv, trig = self._cache[key]
+                                 None if const.trig is None else const.trig * (1.0 / math.sqrt(d)), turn)}
+        const, jvv, trig, turn = self._cache[key]
         v = self._buffer_views(buf, L)
         EP, W, Wo, U = v["EP"], v["W"], v["Wo"], v["U"]
         rows = self.learned or self.fixed_rows
@@ -216,10 +217,11 @@ class TableStep(Layout):
             p = d // 2
             Xq = Q.reshape(S, V, p, 2).permute(0, 2, 3, 1).reshape(S * p, 2, V)  # q by pair: (2, a)
             Kp = Ak[:, :V].reshape(S, V, p, 2).transpose(1, 2)  # (S, p, b, 2)
-            Yt = torch.stack((Kp, torch.stack((Kp[..., 1].neg(), Kp[..., 0]), -1)), 2).view(S * p, 2 * V, 2)
+            # [k_p; k_p turned by 90 degrees]: (k_e, k_o) and (-k_o, k_e) = (k_o, k_e) * (-1, 1), exactly
+            Yt = torch.stack((Kp, Kp.flip(-1)), 2).mul_(turn).view(S * p, 2 * V, 2)
             CD = torch.bmm(Yt, Xq).view(S, d, V * V)  # (C_p, D_p)[b, a]
             T = torch.matmul(trig, CD)  # (S, L, V^2): T[j, b, a], scaled by 1/sqrt(d)
-            saved.update(Xq=Xq, Yt=Yt)
+            saved.update(Xq=Xq, Yt=Yt, turn=turn)
         else:
             Qs = Q * (1.0 / math.sqrt(d))
             TP = torch.bmm(Ak, Qs.transpose(1, 2))  # (S, V + nr, V): [k(b) . q(a); P_j Wk . q(a)]
@@ -273,13 +275,14 @@ class TableStep(Layout):
         nr = L if rows else 0
         na, at = V + nr, V + L - 1
         mT = torch.Tensor.mT.__get__
+        grad = g.new_empty(S, self.size)  # the result, written block by block (products write into it directly)
         if c.mlp:
             out, r, z, y = saved["out"], saved["r"], saved["z"], saved["y"]
             gU = torch.bmm(mT(out), g)
             g_out = torch.bmm(g, v["UT"])
-            gW2 = torch.bmm(mT(r), g_out)
+            torch.bmm(mT(r), g_out, out=self.block(grad, "W2"))
             g_z = torch.bmm(g_out, v["W2T"]).masked_fill_(z <= 0, 0.0)  # relu's derivative: 1 where z > 0
-            gW1 = torch.bmm(mT(y), g_z)
+            torch.bmm(mT(y), g_z, out=self.block(grad, "W1"))
             g_y = torch.baddbmm(g_out, g_z, v["W1T"]) if c.residual else torch.bmm(g_z, v["W1T"])
         else:
             g_y = g
@@ -296,9 +299,9 @@ class TableStep(Layout):
             g_CD = torch.matmul(mT(saved["trig"]), g_T.view(S, L, V * V)).view(S * p, 2 * V, V)
             g_Y = torch.bmm(g_CD, mT(Xq)).view(S, p, 2, V, 2)
             g_Q = torch.bmm(mT(Yt), g_CD).view(S, p, 2, V).permute(0, 3, 1, 2).reshape(S, V, d)
-            g_turned = g_Y[:, :, 1]  # d / d (-k_o, k_e)
-            g_K = (g_Y[:, :, 0] + torch.stack((g_turned[..., 1], g_turned[..., 0].neg()), -1)).transpose(1, 2)
-            g_K = g_K.reshape(S, V, d)
+            # d / d (k_e, k_o) = the first row's gradient + the turned row's (d / d (-k_o, k_e)) turned back
+            g_K = torch.addcmul(g_Y[:, :, 0], g_Y[:, :, 1].flip(-1), saved["turn"][1, 0].flip(-1))  # (1, -1)
+            g_K = g_K.transpose(1, 2).reshape(S, V, d)
         else:
             if saved["small"]:
                 g_TP = g_T.view(S, V, V)
@@ -325,21 +328,22 @@ class TableStep(Layout):
                 g_A[:, at, 3 * d:] += g_Ru.sum(1)
         else:
             g_A = torch.cat((g_Q, g_K, g_Av, g_Ru if g_Ru is not None else g_Q.new_zeros(S, V, V)), 2)
-        gW = torch.bmm(saved["XT"], g_A)  # (S, d, 3d + V)
-        g_X = torch.bmm(g_A, v["WT"])  # (S, V + nr, d)
+        gW = torch.bmm(saved["XT"], g_A, out=self.block(grad, "W"))  # (S, d, 3d + V)
+        g_EP = self.block(grad, "EP")
+        # (S, V + nr, d); X is the first rows of EP, except with fixed rows (X = [E; rows], only E trained)
+        g_X = torch.bmm(g_A, v["WT"]) if self.fixed_rows else torch.bmm(g_A, v["WT"], out=g_EP[:, :g_A.shape[1]])
         if c.mlp:
-            gWo = g_WoU
+            self.block(grad, "Wo").copy_(g_WoU)
             gW[..., 3 * d:] = gU
             if g_R is not None:
                 g_X[:, :V] += g_R
                 if rows:
                     g_X[:, at] += g_R.sum(1)
         else:
-            gWo = torch.bmm(g_WoU, v["UT"])
+            torch.bmm(g_WoU, v["UT"], out=self.block(grad, "Wo"))
             gW[..., 3 * d:] += torch.bmm(v["WoT"], g_WoU)
-        if self.learned:
-            g_EP = g_X if L == self.table_rows else torch.cat((g_X, g_X.new_zeros(S, self.table_rows - L, d)), 1)
-        else:
-            g_EP = g_X[:, :V]
-        parts = [g_EP, gW, gWo] + ([gW1, gW2] if c.mlp else [])
-        return torch.cat([t.reshape(S, -1) for t in parts], 1)
+        if self.fixed_rows:
+            g_EP.copy_(g_X[:, :V])
+        elif g_X.shape[1] < g_EP.shape[1]:  # APE rows held past this length get no gradient
+            g_EP[:, g_X.shape[1]:] = 0.0
+        return grad
