@@ -73,6 +73,7 @@ BUDGETS: dict[str, tuple[float, float]] = {
     "08_when_rope_extrapolates": (60, 120),
     "09_step_size": (150, 600),
     "10_what_training_selects": (90, 600),
+    "findings": (90, 420),
 }
 DEFAULT_BUDGET = (60.0, 300.0)  # a chapter missing from BUDGETS (reported: add it there)
 
