@@ -17,6 +17,16 @@ import numpy as np
 
 VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
 
+# The claims' thresholds, the paper's words made numeric (the findings page and the introduction read them here).
+TRANSFER = 0.95  # "extrapolates": accuracy at least this at each horizon
+NEAR_CHANCE = 0.05  # "collapses to 1/V": accuracy at most this much above chance
+EXACT = 1e-9  # "exact equivariance": largest float64 logit change when the sequence moves
+RANK_ONE = 0.99  # "low-rank kernel": share of the squared singular values in the first, at the target offset
+LAW_ERROR = 0.05  # "the dilution law predicts": |predicted - measured accuracy| at most this
+AGREE = 0.95  # "training selects one solution": pairwise cosine of the seeds' carrier kernels at least this
+HORIZONS = (2, 4, 8)  # multiples of the training length a transfer claim is checked at, nearest first
+QUICK_HORIZONS = HORIZONS[:2]  # the same in quick runs
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -50,14 +60,16 @@ def decide(e: Estimate, threshold: float, above: bool) -> bool | None:
 
 
 def recipe_status(decisions: Sequence[bool | None]) -> str:
-    """One recipe's status over the horizons (nearest first): "holds", "bounded", "undecided" or "fails"."""
+    """One recipe's status over the horizons (nearest first): "holds" (passes at every one), "bounded" (passes at
+    the nearest, fails at one further out), "fails" (fails somewhere without passing at the nearest) or
+    "undecided" (no failure, not every horizon passed)."""
     if not decisions:
         raise ValueError("recipe_status: give at least one horizon's decision")
     if all(d is True for d in decisions):
         return "holds"
     if decisions[0] is True and any(d is False for d in decisions):
         return "bounded"
-    if any(d is False for d in decisions[:1]) or all(d is False for d in decisions):
+    if any(d is False for d in decisions):
         return "fails"
     return "undecided"
 

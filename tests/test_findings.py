@@ -31,6 +31,9 @@ def test_verdicts_over_recipes_and_horizons():
     assert findings.verdict({"a": [True, False], "b": [True, None]}) == "bounded"
     assert findings.verdict({"a": [None, None], "b": [False, False]}) == "undecided"
     assert findings.verdict({"a": [False, True], "b": [False, False]}) == "does not hold"
+    assert findings.recipe_status([None, None, False]) == "fails"
+    assert findings.recipe_status([True, None]) == "undecided"
+    assert findings.verdict({"a": [None, False], "b": [None, True]}) == "undecided"
     assert all(v.split(":")[0] in findings.VERDICTS for v in (
         findings.verdict({"a": [True]}), findings.verdict({"a": [False]}), findings.verdict({"a": [None]})))
 
