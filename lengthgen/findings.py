@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .compare import _two_se
+from .sweep import stats
+
 VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
 
 # The claims' thresholds, the paper's words made numeric (the findings page and the introduction read them here).
@@ -46,17 +49,15 @@ def estimate(values: Sequence[float] | np.ndarray) -> Estimate:
     x = np.asarray(values, dtype=np.float64).ravel()
     if x.size == 0 or not np.isfinite(x).all():
         raise ValueError(f"estimate: give finite per-seed values, got {x.tolist()}")
-    se = float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
-    return Estimate(float(x.mean()), se, int(x.size))
+    s = stats(x)
+    return Estimate(s["mean"], s["sem"], int(s["n"]))
 
 
 def decide(e: Estimate, threshold: float, above: bool) -> bool | None:
-    """Two-standard-error rule: True when mean +/- 2 se lies entirely at or above ``threshold`` (``above``) or at
-    or below it (not ``above``), False when entirely on the other side, None when the interval straddles it."""
-    lo, hi = e.mean - 2 * e.se, e.mean + 2 * e.se
-    if above:
-        return True if lo >= threshold else False if hi < threshold else None
-    return True if hi <= threshold else False if lo > threshold else None
+    """Two-standard-error rule (``compare``'s): True when mean +/- 2 se lies entirely above ``threshold``
+    (``above``) or below it (not ``above``), False when entirely on the other side, None when it reaches it."""
+    side = _two_se(e.mean - threshold, e.se, "above", "below", "straddles")
+    return None if side == "straddles" else (side == "above") == above
 
 
 def recipe_status(decisions: Sequence[bool | None]) -> str:
