@@ -65,3 +65,16 @@ def test_all_of_settings():
     assert findings.all_of([True, True]) is True
     assert findings.all_of([True, None]) is None
     assert findings.all_of([None, False, True]) is False
+
+
+def test_headline_says_first_which_regimes_its_numbers_come_from(monkeypatch, capsys):
+    from lengthgen import __main__ as cli
+    from lengthgen.recipes import RECIPES
+
+    monkeypatch.setattr(cli, "run_report", lambda c, seeds, lengths, samples: {})  # no training here
+    monkeypatch.setattr(cli, "format_table", lambda reports: f"{len(reports)} columns")
+    assert cli.main([]) == 0
+    first, *rest = capsys.readouterr().out.splitlines()
+    assert first.startswith("Headline numbers from two training regimes")
+    assert all(name in first for name in RECIPES) and "implicit-bias" in first
+    assert rest[-1] == f"{2 * len(RECIPES)} columns"
