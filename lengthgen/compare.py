@@ -82,7 +82,7 @@ def spread(a: np.ndarray) -> str:
     return f"{a.mean():.3f} [{a.min():.3f}, {a.max():.3f}]"
 
 
-def _two_se(diff: float, err: float, up: str, down: str, same: str) -> str:
+def two_se_rule(diff: float, err: float, up: str, down: str, same: str) -> str:
     """The two-standard-error rule: ``same`` when |diff| <= 2 err, else ``up`` or ``down`` by its sign."""
     return same if abs(diff) <= 2 * err else (up if diff > 0 else down)
 
@@ -90,7 +90,7 @@ def _two_se(diff: float, err: float, up: str, down: str, same: str) -> str:
 def versus(a: dict, b: dict) -> str:
     """'higher' or 'lower' when mean a - mean b exceeds twice its standard error (independent groups:
     sqrt(sem_a^2 + sem_b^2)), else 'no clear difference'. ``a``, ``b``: summaries from :func:`stats`."""
-    return _two_se(a["mean"] - b["mean"], float(np.hypot(a["sem"], b["sem"])), "higher", "lower", "no clear difference")
+    return two_se_rule(a["mean"] - b["mean"], float(np.hypot(a["sem"], b["sem"])), "higher", "lower", "no clear difference")
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def paired_change(before: np.ndarray, after: np.ndarray) -> PairedChange:
     d = after - before
     sem = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
     mean = float(d.mean())
-    verdict = _two_se(mean, sem, "up", "down", "no clear change")
+    verdict = two_se_rule(mean, sem, "up", "down", "no clear change")
     return PairedChange(mean, sem, int((d > 0).sum()), int((d < 0).sum()), verdict)
 
 

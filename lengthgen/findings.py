@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .compare import _two_se
+from .compare import two_se_rule
 from .sweep import stats
 
 VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
@@ -56,7 +56,7 @@ def estimate(values: Sequence[float] | np.ndarray) -> Estimate:
 def decide(e: Estimate, threshold: float, above: bool) -> bool | None:
     """Two-standard-error rule (``compare``'s): True when mean +/- 2 se lies entirely above ``threshold``
     (``above``) or below it (not ``above``), False when entirely on the other side, None when it reaches it."""
-    side = _two_se(e.mean - threshold, e.se, "above", "below", "straddles")
+    side = two_se_rule(e.mean - threshold, e.se, "above", "below", "straddles")
     return None if side == "straddles" else (side == "above") == above
 
 
