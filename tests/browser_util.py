@@ -306,6 +306,50 @@ def slider_problems(page: Page, visit: Visit) -> list[str]:
     return problems
 
 
+_MENUS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap((gd, g) =>
+    ((gd._fullLayout && gd._fullLayout.updatemenus) || []).filter(m => m.visible !== false).map((m, k) =>
+        ({figure: g, menu: k, index: m._index, type: m.type, labels: m.buttons.map(b => b.label),
+          title: (gd.layout.title && (gd.layout.title.text || gd.layout.title)) || gd.id})))"""
+
+
+def menu_problems(page: Page, visit: Visit) -> list[str]:
+    """Click every button of every plotly update menu (the recipe buttons of ``plots.recipe_menu`` and any other
+    ``grid_controls`` menu), as a reader would: each must become the active one, change the plotted data
+    (visible traces' x, y, z, text) from the button before, leave data marks on screen, and raise no
+    JavaScript error. Dropdown menus are opened first."""
+    problems = []
+    for m in page.evaluate(_MENUS_JS):
+        gd = page.locator(".plotly-graph-div").nth(m["figure"])
+        header = gd.locator(".updatemenu-header-group").nth(m["menu"])
+        active = f"gd => gd._fullLayout.updatemenus[{m['index']}].active"
+        for i, label in enumerate(m["labels"]):
+            if i == gd.evaluate(active):
+                continue  # the button already shown: clicking it changes nothing by design
+            where = f"figure {m['title']!r}, menu button {label!r}"
+            errors = len(visit.errors)
+            before = gd.evaluate(_SNAPSHOT_JS)
+            header.scroll_into_view_if_needed()
+            if m["type"] == "dropdown":
+                header.locator(".updatemenu-header").click()
+                button = gd.locator(".updatemenu-dropdown-button-group .updatemenu-button").nth(i)
+            else:
+                button = header.locator(".updatemenu-button").nth(i)
+            try:
+                button.click(timeout=3000)
+            except PlaywrightTimeout:
+                problems.append(f"{where}: the button cannot be clicked")
+                continue
+            if not _wait(page, f"([gd, i]) => ({active})(gd) === i", [gd.element_handle(), i]):
+                problems.append(f"{where}: clicking it did not select it (active: {gd.evaluate(active)})")
+                continue
+            if not _wait(page, f"([gd, before]) => ({_SNAPSHOT_JS})(gd) !== before", [gd.element_handle(), before]):
+                problems.append(f"{where}: clicking it did not change the plotted data")
+            if gd.evaluate(_MARKS_JS) == 0:
+                problems.append(f"{where}: no data left on screen")
+            problems += [f"{where}: {e}" for e in visit.errors[errors:]]
+    return problems
+
+
 def _wait(page: Page, predicate: str, arg: object, timeout_ms: int = 5000) -> bool:
     """Whether the JavaScript ``predicate(arg)`` became true within ``timeout_ms``."""
     try:

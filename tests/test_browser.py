@@ -2,7 +2,8 @@
 
 For every page of the table of contents, served from _build/html on 127.0.0.1: it loads; every plotly
 figure is drawn with data, a title, axis titles and a caption; every formula is typeset; every saved
-widget shows; every slider step changes the plotted data without a JavaScript error; no request leaves
+widget shows; every slider step and every menu button (the recipe buttons) changes the plotted data without
+a JavaScript error; no request leaves
 127.0.0.1; no console error outside ALLOWED_ERRORS; every internal href/src resolves; plotly.js is
 loaded once; the page's own bytes stay under MAX_PAGE_BYTES. A screenshot of each page goes to
 _build/screenshots/NAME.png and the page weights to the test output.
@@ -28,7 +29,7 @@ from playwright.sync_api import BrowserContext
 
 from browser_util import (
     CHROMIUM, Visit, chromium, console_problems, figure_problems, launch_problems, link_problems, math_problems,
-    open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
+    menu_problems, open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
 )
 from lengthgen import book, plots
 
@@ -84,13 +85,14 @@ def site() -> Iterator[str]:
 
 
 def report(visit: Visit, base: str) -> dict[str, list[str]]:
-    """Every problem of an open page, by kind (the slider check moves the sliders, so it runs last)."""
+    """Every problem of an open page, by kind (the slider and menu checks move the controls, so they run last)."""
     return {
         "figures": figure_problems(visit.page),
         "math": math_problems(visit.page),
         "widgets": widget_problems(visit.page),
         "links": link_problems(visit.page, base),
         "sliders": slider_problems(visit.page, visit),
+        "menus": menu_problems(visit.page, visit),
         "requests": outside_requests(visit),
         "console": console_problems(visit, ALLOWED_ERRORS),
     }
@@ -126,6 +128,11 @@ def test_book_page(site: str, context: BrowserContext, name: str, capsys: pytest
     assert not found, f"{name}: {len(found)} problems\n" + "\n".join(found)
 
 
+def test_every_page_of_the_toc_is_checked() -> None:
+    """The page loop runs over the whole toc, the findings page included (issue 16)."""
+    assert "book/findings" in book.toc_files(), "book/findings left _toc.yml: the browser test no longer checks it"
+
+
 def test_site_root_opens_the_introduction(site: str, context: BrowserContext) -> None:
     page = context.new_page()
     try:
@@ -144,6 +151,14 @@ def figure_html(frames: dict[str, list[go.BaseTraceType]]) -> str:
     return f"<figure>{div}<figcaption>What to look for.</figcaption></figure>"
 
 
+def recipe_html(recipes: dict[str, dict[str, list[go.BaseTraceType]]]) -> str:
+    """A recipe-button figure as the book renders it (``plots.recipe_menu`` of slider figures, with GRID_JS)."""
+    figs = {name: plots.slider_figure(frames, "setting", title="Synthetic", xaxis_title="x (units)",
+                                      yaxis_title="y (units)") for name, frames in recipes.items()}
+    div = plots.GridHTML().to_mimebundle(plots.recipe_menu(figs, "Synthetic, {0}, {1}").to_dict())["text/html"]
+    return f"<figure>{div}<figcaption>What to look for.</figcaption></figure>"
+
+
 Checked = tuple[Visit, dict[str, list[str]]]
 GOOD_FIGURE = figure_html({"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[3, 1, 2])]})
 PAGES = {
@@ -157,6 +172,10 @@ PAGES = {
     "bad_links": '<a href="good.html">ok</a> <a href="nowhere.html">x</a> <a href="good.html#nope">y</a>'
                  '<img src="missing.png">',
     "raw_math": '<p>Inline <span class="math">\\(x^2\\)</span> and display $$y$$.</p>',
+    "recipe_menu": recipe_html({"fast": {"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[3, 1, 2])]},
+                                "slow": {"a": [go.Scatter(y=[2, 2, 1])], "b": [go.Scatter(y=[1, 3, 3])]}}),
+    "dead_recipe_menu": recipe_html({r: {"a": [go.Scatter(y=[1, 2, 3])], "b": [go.Scatter(y=[3, 1, 2])]}
+                                     for r in ("fast", "slow")}),
     "hidden_widget": '<script type="application/vnd.jupyter.widget-view+json">{"model_id": "m"}</script>',
 }
 
@@ -200,6 +219,13 @@ def test_checkers_pass_a_good_page(synthetic: tuple[str, Path], checked: Callabl
     assert page_weight(visit) == ((root / "good.html").stat().st_size, (root / "plotly.min.js").stat().st_size)
 
 
+def test_recipe_buttons_of_a_good_figure_pass(checked: Callable[[str], Checked]) -> None:
+    """Every recipe button was clicked (the last one is active) and nothing was wrong."""
+    visit, problems = checked("recipe_menu")
+    assert not any(problems.values()), problems
+    assert visit.page.evaluate("() => document.querySelector('.plotly-graph-div')._fullLayout.updatemenus[0].active") == 1
+
+
 @pytest.mark.parametrize("name, kind, expected", [
     ("broken_figure", "figures", "never drawn"),
     ("broken_figure", "console", "Plotly.newPlott is not a function"),
@@ -208,6 +234,7 @@ def test_checkers_pass_a_good_page(synthetic: tuple[str, Path], checked: Callabl
     ("untitled_figure", "figures", "have no title"),
     ("untitled_figure", "figures", "has no caption"),
     ("dead_slider", "sliders", "did not change the plotted data"),
+    ("dead_recipe_menu", "menus", "clicking it did not change the plotted data"),
     ("cdn", "requests", "request to another host: https://cdn.plot.ly/"),
     ("cdn", "links", "<script> loads from outside the site"),
     ("bad_links", "links", "broken link: "),
