@@ -72,6 +72,7 @@ BUDGETS: dict[str, tuple[float, float]] = {
     "07_playground": (30, 480),
     "08_when_rope_extrapolates": (60, 120),
     "09_step_size": (150, 600),
+    "09b_mechanism_in_both_regimes": (60, 300),
     "10_what_training_selects": (90, 600),
     "findings": (45, 240),
 }
