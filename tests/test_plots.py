@@ -75,6 +75,9 @@ def figures() -> dict[str, Callable[[], go.Figure]]:
             "accuracy": [1.0, 0.8]}}, 8),
         "selection_curves": lambda: plots.selection_curves({"ngd": rung_run("ngd"), "sign": rung_run("sign")}),
         "adam_anatomy": lambda: plots.adam_anatomy(rung_run("adam")),
+        "recipe_menu": lambda: plots.recipe_menu({
+            r: plots.attention_maps({8: np.full((8, 8), 1 / 8), 16: np.full((16, 16), 1 / 16)}, 8, "t {0}")
+            for r in ("first fit", "small steps")}, "attention, {0}"),
     }
 
 
