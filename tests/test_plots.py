@@ -132,3 +132,37 @@ def test_every_family_is_reexported() -> None:
 def test_grid_script_is_the_package_file() -> None:
     assert plots.GRID_JS.startswith("(function () {") and "plotly_sliderchange" in plots.GRID_JS
     assert "//" not in plots.GRID_JS.split("\n", 1)[0], "grid.js's comment lines are left out of every figure"
+
+
+def test_grid_viewer_redraws_the_grid_point_its_controls_select() -> None:
+    """In a reader's kernel a grid figure's controls act through Python: moving one shows that grid point's
+    traces and title (what grid.js does in the page), and the figure it draws has no dead controls."""
+    from lengthgen.plots.grid_viewer import GridViewer
+
+    fig = figures()["recipe_menu"]()
+    owners = fig.layout.meta["grid"]["owners"]
+    viewer = GridViewer(fig)
+    assert [c.value for c in viewer.controls] == ["first fit", "L=8"]
+    start = viewer.figure()
+    assert [t.visible for t in start.data] == plots.grid_visibility(owners, [0, 0])
+    assert not start.layout.sliders and not start.layout.updatemenus
+    viewer.controls[0].value = "small steps"
+    viewer.controls[1].value = "L=16"
+    moved = viewer.figure()
+    assert [t.visible for t in moved.data] == plots.grid_visibility(owners, [1, 1])
+    assert [t.visible for t in moved.data] != [t.visible for t in start.data]
+    assert "small steps" in moved.layout.title.text and moved.layout.title.text != start.layout.title.text
+    with pytest.raises(ValueError, match="grid_controls"):
+        GridViewer(plots.shift_test([1, 2], {"rope": np.array([1e-15, 2e-15])}, "t"))
+
+
+def test_grid_figure_outside_a_book_build_is_glued_as_live_controls(monkeypatch) -> None:
+    from lengthgen.inline import WIDGET, glue
+    from lengthgen.plots.render import BOOK_BUILD_ENV
+
+    monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
+    plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
+    assert WIDGET in glue.bundles["grid_test"]
+    monkeypatch.setenv(BOOK_BUILD_ENV, "1")
+    plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
+    assert WIDGET not in glue.bundles["grid_test"] and "text/html" in glue.bundles["grid_test"]

@@ -197,9 +197,19 @@ def glue_figure(name: str, fig: go.Figure) -> None:
 
 
 def glue_grid_figure(name: str, fig: go.Figure) -> None:
-    """``glue_figure`` for a ``grid_controls`` figure: the page's HTML carries GRID_JS. (JupyterLab shows
-    the plotly JSON, where the controls stay at the first grid point: there, use the live playground.)"""
-    _glue(name, fig, GridHTML())
+    """``glue_figure`` for a ``grid_controls`` figure. In a book build the page's HTML carries GRID_JS, which
+    combines the controls; in a reader's kernel (JupyterLab, Colab), where that script does not run, the figure
+    is glued and shown as a ``grid_viewer.GridViewer``: ipywidgets controls that redraw it from Python."""
+    if os.environ.get(BOOK_BUILD_ENV):
+        _glue(name, fig, GridHTML())
+        return
+    from IPython.display import display
+    from ..inline import glue
+    from .grid_viewer import GridViewer
+
+    viewer = GridViewer(fig)
+    glue(name, viewer, display=False)
+    display(viewer)
 
 
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]]):  # -> IPython.display.Markdown
