@@ -40,8 +40,8 @@ WIDGET = "application/vnd.jupyter.widget-view+json"  # an ipywidget
 _NAME = r"[A-Za-z_][A-Za-z0-9_.\-]*"
 _ARG = r'"([^"`]+)"'
 # {eval}`glue.KIND("ARG")` inline; KIND -> the glue role the book uses
-INLINE = re.compile(rf'\{{eval\}}`glue\.(text|any|md)\({_ARG}\)`')
-ROLE_OF = {"text": "glue:text", "any": "glue:", "md": "glue:md"}
+INLINE = re.compile(rf'\{{eval\}}`glue\.(text|any|md|cite)\({_ARG}\)`')
+ROLE_OF = {"text": "glue:text", "any": "glue:", "md": "glue:md", "cite": "cite"}
 # a line that is only {eval}`glue.md("key")`
 MD_BLOCK = re.compile(rf'(^|\n)\{{eval\}}`glue\.md\("({_NAME})"\)`(?=\n|$)')
 # ```{figure}\n:opt: ...\n\n{eval}`glue.figure("key")`\n\ncaption\n```
@@ -93,6 +93,11 @@ class Glued:
             raise ValueError(f"{name!r} holds no markdown: glue an IPython.display.Markdown (e.g. plots.md_table)")
         return Markdown(bundle["text/markdown"])
 
+    def cite(self, keys: str) -> Text:
+        """``{cite}`keys```: "Author et al. year" for each key (comma-separated) of the book's references.bib,
+        which JupyterLab cannot resolve itself; a key it cannot find is shown as [key]."""
+        return Text("; ".join(_author_year(key.strip()) for key in keys.split(",")))
+
     def figure(self, name: str) -> Bundle:
         """``{glue:figure}``: the glued figure's JupyterLab representation (plotly's JSON mimetype), or a
         glued widget's view (live controls that a kernel shows where the page shows a static figure)."""
@@ -131,6 +136,28 @@ class Bundle:
 
 
 glue = Glued()  # chapters: from lengthgen.inline import glue
+
+BIB = Path(__file__).resolve().parents[1] / "references.bib"  # in a checkout; absent where pip installed the package
+_ENTRY = re.compile(r"@\w+\{([^,\s]+),(.*?)\n\}", re.S)
+_FIELD = re.compile(r"^\s*(author|year)\s*=\s*\{?(.+?)\}?,?\s*$", re.M)
+
+
+@lru_cache(maxsize=1)
+def _bibliography() -> dict[str, dict[str, str]]:
+    """key -> {"author": ..., "year": ...} of every entry of references.bib (empty when there is none)."""
+    if not BIB.exists():
+        return {}
+    return {key: dict(_FIELD.findall(body)) for key, body in _ENTRY.findall(BIB.read_text())}
+
+
+def _author_year(key: str) -> str:
+    """"Soudry et al. 2018" (one author: "Su 2021"; two: "Xie and Li 2024") for a key of references.bib."""
+    entry = _bibliography().get(key)
+    if not entry or "author" not in entry:
+        return f"[{key}]"
+    names = [a.split(",")[0].strip() if "," in a else a.split()[-1] for a in entry["author"].split(" and ")]
+    who = names[0] if len(names) == 1 else f"{names[0]} and {names[1]}" if len(names) == 2 else f"{names[0]} et al."
+    return f"{re.sub(r'[{}]', '', who)} {entry.get('year', '').strip('{}')}".strip()
 
 
 def heading_titles(notebooks: list[Path]) -> dict[str, str]:

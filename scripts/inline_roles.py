@@ -2,7 +2,8 @@
 """Rewrite chapters written with myst-nb glue roles into the form JupyterLab also renders (idempotent).
 
 In every markdown cell: ``{glue:text}`k:f``` becomes ``{eval}`glue.text("k:f")```, ``{glue:}`k``` becomes
-``{eval}`glue.any("k")```, ``{glue:md}`k``` becomes ``{eval}`glue.md("k")```, a ``{glue:md} k`` directive
+``{eval}`glue.any("k")```, ``{glue:md}`k``` becomes ``{eval}`glue.md("k")```, ``{cite}`key``` becomes
+``{eval}`glue.cite("key")``` (author and year in JupyterLab), a ``{glue:md} k`` directive
 (``:format: myst``) becomes a paragraph of ``{eval}`glue.md("k")```, and a ``{glue:figure} k`` directive
 becomes a ``{figure}`` directive (same options and caption) whose body starts with
 ``{eval}`glue.figure("k")```; ``{ref}`label``` to a labelled heading of a chapter becomes
@@ -34,8 +35,8 @@ _inline = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_inline)
 book_markdown, heading_titles = _inline.book_markdown, _inline.heading_titles
 
-KINDS = {"glue:text": "text", "glue:": "any", "glue:md": "md"}
-ROLE = re.compile(r"\{(glue:text|glue:|glue:md)\}`([^`\"]+)`")
+KINDS = {"glue:text": "text", "glue:": "any", "glue:md": "md", "cite": "cite"}
+ROLE = re.compile(r"\{(glue:text|glue:|glue:md|cite)\}`([^`\"]+)`")
 MD_DIRECTIVE = re.compile(r"```\{glue:md\} ([^\s`]+)\n:format: myst\n```")
 FIGURE = re.compile(r"```\{glue:figure\} ([^\s`]+)[ \t]*\n((?::[^\n]*\n)*)")
 IMPORT = re.compile(r"^from myst_nb import glue$", re.M)

@@ -65,6 +65,17 @@ def test_every_chapter_is_in_the_jupyterlab_form_and_builds_back_to_glue_roles()
                 assert script.lab_markdown(book_markdown(cell.source, titles), titles) == cell.source
 
 
+def test_a_citation_shows_author_and_year_in_jupyterlab_and_stays_a_cite_role_in_the_book() -> None:
+    lab = _script().lab_markdown("As {cite}`soudry2018implicit` and {cite}`xie2024adamw,su2021roformer` show.")
+    assert lab == ('As {eval}`glue.cite("soudry2018implicit")` and {eval}`glue.cite("xie2024adamw,su2021roformer")` '
+                   "show.")
+    assert book_markdown(lab) == "As {cite}`soudry2018implicit` and {cite}`xie2024adamw,su2021roformer` show."
+    glue = Glued()
+    assert repr(glue.cite("soudry2018implicit")) == "Soudry et al. 2018"
+    assert repr(glue.cite("xie2024adamw,su2021roformer")) == "Xie and Li 2024; Su et al. 2021"
+    assert repr(glue.cite("no_such_key")) == "[no_such_key]"
+
+
 def test_a_reference_shows_its_title_in_jupyterlab_and_stays_bare_in_the_book() -> None:
     script, titles = _script(), {"chapter-x": "2. A title", "run-locally": "Run locally"}
     lab = script.lab_markdown("See {ref}`chapter-x`, {ref}`Old title <chapter-x>` and {ref}`other`.", titles)
