@@ -1,11 +1,13 @@
 """Rerunning a chapter in JupyterLab reads and works like the page (issue 19).
 
 A real JupyterLab server (the `make lab` command, on 127.0.0.1 with a free port and a token) serves copies of
-chapters 1 and 7 with ``QUICK = True`` in their parameters cell; headless Chromium (Playwright, Debian's
+chapters 1, 3 and 7 with ``QUICK = True`` in their parameters cell; headless Chromium (Playwright, Debian's
 /usr/bin/chromium) opens each, runs all cells as Run > Run All Cells does, and checks what the notebook shows:
 no raw MyST role or unknown directive in the rendered markdown, every glued value the prose cites shown in its
-cell (the kernel's own value of each inline expression), no error under any cell or in any expression; and in
-chapter 7 the live playground retrains and redraws after a slider move. A small fixture notebook with a raw
+cell (the kernel's own value of each inline expression), no error under any cell or in any expression; in
+chapter 3 a grid figure shows no dead controls in the prose and its live recipe buttons (plots.grid_viewer)
+redraw it; and in chapter 7 the live playground
+retrains and redraws after a slider move. A small fixture notebook with a raw
 glue role shows that the markdown check fails when it should.
 
 `make test` runs it in its browser step (LENGTHGEN_BROWSER_TEST=required); run alone it skips without chromium:
@@ -97,7 +99,7 @@ def lab() -> Iterator[Lab]:
         unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
     with tempfile.TemporaryDirectory(prefix="lab-root-") as tmp:
         root = Path(tmp)
-        for name in ("01_the_gap.ipynb", "07_playground.ipynb"):
+        for name in ("01_the_gap.ipynb", "03_ape_memorizes.ipynb", "07_playground.ipynb"):
             stage_notebook(ROOT / "book" / name, root)
         broken_notebook(root / "book" / "broken.ipynb")
         with jupyterlab(root) as server:
@@ -153,6 +155,29 @@ def test_the_live_playground_retrains_and_redraws(lab: Lab, context: BrowserCont
         arg=[live.element_handle(), expected], timeout=RETRAIN_S * 1000, polling=200)
     print(f"slider move to {expected}: retrained and redrawn in {time.monotonic() - start:.1f} s")
     assert "trained" in status.inner_text() and "cannot" not in status.inner_text(), status.inner_text()
+    assert not error_outputs(page), error_outputs(page)
+    page.close()
+
+
+def test_a_recipe_control_changes_its_figure(lab: Lab, context: BrowserContext) -> None:
+    """A grid figure (plots.recipe_menu) in JupyterLab, where the page's grid.js does not run: the prose shows it
+    without controls, and under its cell plots.grid_viewer's live controls redraw it when clicked."""
+    page, seconds = run_chapter(context, lab, "03_ape_memorizes.ipynb")
+    print(f"chapter 3 (quick): all cells ran in {seconds:.1f} s")
+    assert not error_outputs(page), error_outputs(page)
+    assert page.locator(".jp-MarkdownCell .updatemenu-container").count() == 0, "a figure in the prose shows dead buttons"
+    viewer = page.locator(".jp-CodeCell .jp-OutputArea", has=page.locator(".widget-toggle-buttons")).last
+    viewer.scroll_into_view_if_needed()  # JupyterLab draws only the cells in view
+    buttons = viewer.locator(".widget-toggle-buttons button")
+    assert buttons.count() >= 2, "the grid figure's cell shows no recipe buttons in JupyterLab"
+    title = viewer.locator(".js-plotly-plot .gtitle").first
+    title.wait_for(state="attached", timeout=30_000)
+    before, other = title.text_content() or "", buttons.nth(1).inner_text().strip()
+    assert other not in before, (other, before)
+    buttons.nth(1).click()
+    page.wait_for_function("""([el, want]) => [...el.querySelectorAll('.js-plotly-plot .gtitle')]
+                                              .some(t => t.textContent.includes(want))""",
+                           arg=[viewer.element_handle(), other], timeout=20_000, polling=200)
     assert not error_outputs(page), error_outputs(page)
     page.close()
 

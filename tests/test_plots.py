@@ -156,13 +156,15 @@ def test_grid_viewer_redraws_the_grid_point_its_controls_select() -> None:
         GridViewer(plots.shift_test([1, 2], {"rope": np.array([1e-15, 2e-15])}, "t"))
 
 
-def test_grid_figure_outside_a_book_build_is_glued_as_live_controls(monkeypatch) -> None:
+def test_grid_figure_outside_a_book_build_is_glued_without_dead_controls(monkeypatch) -> None:
     from lengthgen.inline import WIDGET, glue
     from lengthgen.plots.render import BOOK_BUILD_ENV
 
     monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
     plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
-    assert WIDGET in glue.bundles["grid_test"]
+    glued = glue.bundles["grid_test"]["application/vnd.plotly.v1+json"]
+    assert WIDGET not in glue.bundles["grid_test"]
+    assert not glued["layout"].get("updatemenus") and not glued["layout"].get("sliders")  # no control that cannot act
     monkeypatch.setenv(BOOK_BUILD_ENV, "1")
     plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
     assert WIDGET not in glue.bundles["grid_test"] and "text/html" in glue.bundles["grid_test"]

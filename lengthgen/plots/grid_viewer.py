@@ -32,6 +32,10 @@ class GridViewer(widgets.VBox):
     point it belongs to, the controls, their values as text and the title template).
     """
 
+    # A fixed width: drawn into a widget's output area (in a rendered markdown cell too), plotly measures its
+    # container when it draws, and a container not yet laid out gave it a width of zero.
+    WIDTH = 800  # pixels: about a notebook cell's width in JupyterLab and Colab
+
     def __init__(self, fig: go.Figure):
         meta = fig.layout.meta
         if not isinstance(meta, dict) or "grid" not in meta:
@@ -53,7 +57,7 @@ class GridViewer(widgets.VBox):
                                                 style={"description_width": "initial"})
             control.observe(lambda _: self.redraw(), names="value")
             self.controls.append(control)
-        self.out = widgets.Output()
+        self.out = widgets.Output(layout=widgets.Layout(min_height=f"{self.base.layout.height or 440}px"))
         super().__init__(self.controls + [self.out])
         self.redraw()
 
@@ -72,7 +76,9 @@ class GridViewer(widgets.VBox):
 
     def redraw(self) -> None:
         """Show ``figure()`` in the output area (plotly's JSON mimetype, as JupyterLab and Colab draw it)."""
-        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(self.figure().to_dict())
+        fig = self.figure()
+        fig.update_layout(width=self.WIDTH, autosize=False)
+        bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
         self.out.clear_output(wait=True)
         with self.out:
             display(bundle, raw=True)

@@ -198,8 +198,9 @@ def glue_figure(name: str, fig: go.Figure) -> None:
 
 def glue_grid_figure(name: str, fig: go.Figure) -> None:
     """``glue_figure`` for a ``grid_controls`` figure. In a book build the page's HTML carries GRID_JS, which
-    combines the controls; in a reader's kernel (JupyterLab, Colab), where that script does not run, the figure
-    is glued and shown as a ``grid_viewer.GridViewer``: ipywidgets controls that redraw it from Python."""
+    combines the controls. In a reader's kernel (JupyterLab, Colab), where that script does not run, the prose
+    shows the figure at its first grid point without controls (none that would not act), and the cell shows it
+    as a ``grid_viewer.GridViewer``: ipywidgets controls that redraw it from Python."""
     if os.environ.get(BOOK_BUILD_ENV):
         _glue(name, fig, GridHTML())
         return
@@ -208,7 +209,7 @@ def glue_grid_figure(name: str, fig: go.Figure) -> None:
     from .grid_viewer import GridViewer
 
     viewer = GridViewer(fig)
-    glue(name, viewer, display=False)
+    glue(name, _Bundle(pio.renderers["plotly_mimetype"].to_mimebundle(viewer.figure().to_dict())), display=False)
     display(viewer)
 
 
