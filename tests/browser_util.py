@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Iterator, Mapping
 from urllib.parse import unquote, urldefrag, urlsplit
 
-from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Request, Response, Route, sync_playwright
+from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, Request, Response, Route, sync_playwright
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -295,15 +295,23 @@ def slider_problems(page: Page, visit: Visit) -> list[str]:
             tick = group.locator(".slider-tick-rect").nth(i).bounding_box()
             page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
             # plotly.js marks the step active at once and redraws on the next animation frame
-            if not _wait(page, f"([gd, i]) => ({active})(gd) === i", [gd.element_handle(), i]):
-                problems.append(f"{where}: clicking it did not select it (active: {gd.evaluate(active)})")
-                continue
-            if not _wait(page, f"([gd, before]) => ({_SNAPSHOT_JS})(gd) !== before", [gd.element_handle(), before]):
-                problems.append(f"{where}: moving the slider did not change the plotted data")
-            if gd.evaluate(_MARKS_JS) == 0:
-                problems.append(f"{where}: no data left on screen")
-            problems += [f"{where}: {e}" for e in visit.errors[errors:]]
+            problems += _after_click(page, gd, active, i, before, visit, errors, where, "moving the slider")
     return problems
+
+
+def _after_click(page: Page, gd: Locator, active: str, i: int, before: str, visit: Visit, errors: int, where: str,
+                 action: str) -> list[str]:
+    """What a control's click ``i`` must do, as a reader sees it: select step or button ``i`` (``active``: a JS
+    function of the figure), change the plotted data from ``before`` (``_SNAPSHOT_JS``), leave data marks on
+    screen, and raise no JavaScript error after the first ``errors`` of ``visit``."""
+    if not _wait(page, f"([gd, i]) => ({active})(gd) === i", [gd.element_handle(), i]):
+        return [f"{where}: clicking it did not select it (active: {gd.evaluate(active)})"]
+    problems = []
+    if not _wait(page, f"([gd, before]) => ({_SNAPSHOT_JS})(gd) !== before", [gd.element_handle(), before]):
+        problems.append(f"{where}: {action} did not change the plotted data")
+    if gd.evaluate(_MARKS_JS) == 0:
+        problems.append(f"{where}: no data left on screen")
+    return problems + [f"{where}: {e}" for e in visit.errors[errors:]]
 
 
 _MENUS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap((gd, g) =>
@@ -339,14 +347,7 @@ def menu_problems(page: Page, visit: Visit) -> list[str]:
             except PlaywrightTimeout:
                 problems.append(f"{where}: the button cannot be clicked")
                 continue
-            if not _wait(page, f"([gd, i]) => ({active})(gd) === i", [gd.element_handle(), i]):
-                problems.append(f"{where}: clicking it did not select it (active: {gd.evaluate(active)})")
-                continue
-            if not _wait(page, f"([gd, before]) => ({_SNAPSHOT_JS})(gd) !== before", [gd.element_handle(), before]):
-                problems.append(f"{where}: clicking it did not change the plotted data")
-            if gd.evaluate(_MARKS_JS) == 0:
-                problems.append(f"{where}: no data left on screen")
-            problems += [f"{where}: {e}" for e in visit.errors[errors:]]
+            problems += _after_click(page, gd, active, i, before, visit, errors, where, "clicking it")
     return problems
 
 

@@ -80,15 +80,21 @@ def test_adam_matches_torch_adamw(weight_decay: float, fused: bool, monkeypatch:
     p0 = torch.randn(3, 7, generator=generator(13), dtype=torch.float64)
     decay = torch.full_like(p0, weight_decay)
     ours = Optimizer("adam", p0.clone(), LR, decay if weight_decay else None)
-    rows = [torch.nn.Parameter(p0[s].clone()) for s in range(3)]
-    theirs = [torch.optim.AdamW([rows[s]], lr=LR[s], betas=(B1, B2), eps=EPS, weight_decay=weight_decay)
-              for s in range(3)]
+    assert_steps_like_torch(ours, p0, grads, lambda row, lr: torch.optim.AdamW(
+        [row], lr=lr, betas=(B1, B2), eps=EPS, weight_decay=weight_decay))
+
+
+def assert_steps_like_torch(ours: Optimizer, p0: torch.Tensor, grads: list[torch.Tensor], make) -> None:
+    """Step ``ours`` (members = rows of p0) and, per member, the torch optimiser ``make(parameter, lr)`` on the same
+    gradients; every member must end where torch's does, to float64 rounding."""
+    rows = [torch.nn.Parameter(p0[s].clone()) for s in range(len(p0))]
+    theirs = [make(rows[s], LR[s]) for s in range(len(p0))]
     for g in grads:
         ours.step(g.clone())
-        for s in range(3):
+        for s, opt in enumerate(theirs):
             rows[s].grad = g[s].clone()
-            theirs[s].step()
-    for s in range(3):
+            opt.step()
+    for s in range(len(p0)):
         assert torch.allclose(ours.params[s], rows[s].detach(), rtol=1e-12, atol=1e-15), s
 
 
@@ -97,15 +103,7 @@ def test_gradient_descent_matches_torch_sgd() -> None:
     grads = gradients(5)
     p0 = torch.randn(3, 7, generator=generator(14), dtype=torch.float64)
     ours = Optimizer("gd", p0.clone(), LR, torch.full_like(p0, 0.3))
-    rows = [torch.nn.Parameter(p0[s].clone()) for s in range(3)]
-    theirs = [torch.optim.SGD([rows[s]], lr=LR[s], weight_decay=0.3) for s in range(3)]
-    for g in grads:
-        ours.step(g.clone())
-        for s in range(3):
-            rows[s].grad = g[s].clone()
-            theirs[s].step()
-    for s in range(3):
-        assert torch.allclose(ours.params[s], rows[s].detach(), rtol=1e-12, atol=1e-15), s
+    assert_steps_like_torch(ours, p0, grads, lambda row, lr: torch.optim.SGD([row], lr=lr, weight_decay=0.3))
 
 
 @pytest.mark.parametrize("decayed", [True, False])  # Adam without decay: torch's fused kernel
