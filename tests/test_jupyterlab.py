@@ -112,31 +112,29 @@ def context(lab: Lab) -> Iterator[BrowserContext]:
         yield ctx
 
 
-def run_chapter(context: BrowserContext, lab: Lab, name: str) -> tuple[Page, float]:
+def run_chapter(context: BrowserContext, lab: Lab, name: str) -> Page:
+    """Open chapter ``name``, run all its cells, keep a screenshot, and check what every chapter must show: no
+    error under any cell and no raw MyST in its rendered markdown."""
     page = open_notebook(context, lab, f"book/{name}")
     seconds = run_all(page)
+    print(f"{name} (quick): all cells ran in {seconds:.1f} s")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"))
-    return page, seconds
+    assert not error_outputs(page), error_outputs(page)
+    problems = markdown_problems(page, markdown_sources(lab.root / "book" / name))
+    assert not problems, "\n".join(problems)
+    return page
 
 
 def test_chapter_1_reads_like_the_page(lab: Lab, context: BrowserContext) -> None:
-    page, seconds = run_chapter(context, lab, "01_the_gap.ipynb")
-    print(f"chapter 1 (quick): all cells ran in {seconds:.1f} s")
-    assert not error_outputs(page), error_outputs(page)
-    problems = markdown_problems(page, markdown_sources(lab.root / "book" / "01_the_gap.ipynb"))
-    assert not problems, "\n".join(problems)
+    page = run_chapter(context, lab, "01_the_gap.ipynb")
     figures = page.locator(".jp-MarkdownCell .js-plotly-plot").count()
     assert figures >= 3, f"chapter 1 shows {figures} figures in its prose, expected its 3 or more"
     page.close()
 
 
 def test_the_live_playground_retrains_and_redraws(lab: Lab, context: BrowserContext) -> None:
-    page, seconds = run_chapter(context, lab, "07_playground.ipynb")
-    print(f"chapter 7 (quick): all cells ran in {seconds:.1f} s")
-    assert not error_outputs(page), error_outputs(page)
-    problems = markdown_problems(page, markdown_sources(lab.root / "book" / "07_playground.ipynb"))
-    assert not problems, "\n".join(problems)
+    page = run_chapter(context, lab, "07_playground.ipynb")
     # no static grid (its controls need the page's script): the live controls stand in the figure's place
     figure_cell = page.locator(".jp-MarkdownCell", has_text="Top: accuracy against the evaluation length")
     assert figure_cell.locator(".widget-slider").count() > 0, "the grid figure's place holds no live controls"
@@ -162,9 +160,7 @@ def test_the_live_playground_retrains_and_redraws(lab: Lab, context: BrowserCont
 def test_a_recipe_control_changes_its_figure(lab: Lab, context: BrowserContext) -> None:
     """A grid figure (plots.recipe_menu) in JupyterLab, where the page's grid.js does not run: the prose shows it
     without controls, and under its cell plots.grid_viewer's live controls redraw it when clicked."""
-    page, seconds = run_chapter(context, lab, "03_ape_memorizes.ipynb")
-    print(f"chapter 3 (quick): all cells ran in {seconds:.1f} s")
-    assert not error_outputs(page), error_outputs(page)
+    page = run_chapter(context, lab, "03_ape_memorizes.ipynb")
     assert page.locator(".jp-MarkdownCell .updatemenu-container").count() == 0, "a figure in the prose shows dead buttons"
     viewer = page.locator(".jp-CodeCell .jp-OutputArea", has=page.locator(".widget-toggle-buttons")).last
     viewer.scroll_into_view_if_needed()  # JupyterLab draws only the cells in view
