@@ -17,14 +17,6 @@ from IPython.display import display
 from .render import grid_visibility
 
 
-def _control_label(fig: go.Figure, kind: str, index: int) -> str:
-    """The name of a control's dimension, as ``grid_controls`` wrote it on the figure."""
-    if kind == "slider":
-        return str(fig.layout.sliders[index].currentvalue.prefix or "").rstrip(": ")
-    first = str(fig.layout.updatemenus[index].buttons[0].label)
-    return first.split(": ")[0] if ": " in first else ""
-
-
 class GridViewer(widgets.VBox):
     """ipywidgets controls over a ``grid_controls`` figure, redrawing it from Python.
 
@@ -46,9 +38,8 @@ class GridViewer(widgets.VBox):
         self.base = go.Figure(fig)
         self.base.layout.sliders, self.base.layout.updatemenus, self.base.layout.meta = (), (), None
         self.controls: list[widgets.ValueWidget] = []
-        for (kind, index), values in zip(grid["controls"], self.labels):
+        for (kind, index), values, label in zip(grid["controls"], self.labels, grid["names"]):
             shown = (fig.layout.sliders if kind == "slider" else fig.layout.updatemenus)[index].active or 0
-            label = _control_label(fig, kind, index)
             if kind == "slider":
                 control = widgets.SelectionSlider(options=values, value=values[shown], description=label,
                                                   continuous_update=False, style={"description_width": "initial"})

@@ -132,7 +132,8 @@ def grid_controls(fig: go.Figure, owners: Sequence[Sequence[int]], dims: Sequenc
             raise ValueError(f"control kind {kind!r}: use 'slider' or 'menu'")
     fig.update_layout(
         sliders=slider_layout, updatemenus=menu_layout,
-        meta=dict(grid=dict(owners=owners, controls=controls, labels=[list(v) for _, _, v in dims], title=title)),
+        meta=dict(grid=dict(owners=owners, controls=controls, labels=[list(v) for _, _, v in dims],
+                            names=[label for _, label, _ in dims], title=title)),
     )
     fig.update_layout(title_text=title.format(*[fmt[d] for d in range(len(dims))]))
     return fig
