@@ -31,6 +31,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from IPython.core.formatters import format_display_data
@@ -68,6 +69,13 @@ class Glued:
 
         myst_glue(name, variable, display=display)
         self.bundles[name] = format_display_data(variable)[0]
+
+    def each(self, values: Mapping[str, Any], prefix: str = "") -> None:
+        """Glue every value of a mapping (a dict, a pandas Series or a result's ``asdict``) under
+        ``prefix + name``, without displaying it: a chapter derives its numbers in a visible cell and glues
+        them with one line."""
+        for name, value in values.items():
+            self(f"{prefix}{name}", value, display=False)
 
     def _bundle(self, name: str) -> dict[str, Any]:
         if name not in self.bundles:

@@ -128,3 +128,12 @@ def test_a_value_is_shown_as_it_was_when_glued() -> None:
     glue("values", values, display=False)
     values.append(3)
     assert repr(glue.text("values")) == "[1, 2]"
+
+
+def test_each_glues_every_value_of_a_mapping_under_its_prefixed_name() -> None:
+    glue = Glued()
+    glue.each({"acc": 0.5, "n": 4}, prefix="rope_")
+    assert repr(glue.text("rope_acc:.2f")) == "0.50"
+    assert repr(glue.text("rope_n")) == "4"
+    with pytest.raises(KeyError):
+        glue.text("acc")
