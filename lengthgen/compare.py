@@ -25,7 +25,7 @@ import torch
 
 from .config import Config
 from .evaluate import Evaluation
-from .recipes import RECIPE_FIELDS
+from .recipes import RECIPE_FIELDS, Recipe
 from .sweep import Grid, failure_length, stats, summary
 from .task import eval_tokens, targets
 
@@ -164,22 +164,23 @@ def configs_with(grid: Grid, **fields: Any) -> list[Config]:
     return [c for c in grid.configs if all(getattr(c, k) == v for k, v in fields.items())]
 
 
-def recipes_in(grid: Grid, fields: Sequence[str]) -> list[dict]:
-    """The distinct values of ``fields`` (e.g. the training recipe's) among the grid's configs, in grid order."""
-    seen = dict.fromkeys(tuple(getattr(c, k) for k in fields) for c in grid.configs)
-    return [dict(zip(fields, values)) for values in seen]
-
-
-def settings(grid: Grid, recipe: dict) -> dict[str, dict]:
-    """The grid's configs with the field values of ``recipe``, each named by how it differs from the first of
-    them (:func:`setting_label` without the recipe's fields: "defaults", "rope_base=100", ...) -> the values of
-    the grid's varied fields, which select its rows in a :func:`frame` (``where(df, **fields)``)."""
-    configs = configs_with(grid, **recipe)
-    if not configs:
-        raise ValueError(f"no config of grid {grid.name!r} has {recipe}")
-    strip = lambda c: {k: v for k, v in c.to_dict().items() if k not in recipe}  # noqa: E731
+def settings_by_recipe(grid: Grid, by: Sequence[str]) -> dict[Recipe, dict[str, dict]]:
+    """The grid's configs grouped by their values of the recipe fields ``by`` (those the grid's "recipes"
+    change; a recipe field not in ``by``, e.g. weight decay, counts as a setting), in grid order: the Recipe of
+    each group's first config (named by ``Config.recipe()``) -> its settings, each named by how it differs from
+    that first config (:func:`setting_label` without the ``by`` fields: "defaults", "rope_base=100", ...) -> the
+    values of the grid's varied fields, which select its rows in a sweep frame (``where(df, **fields)``)."""
+    unknown = set(by) - set(RECIPE_FIELDS)
+    if unknown:
+        raise ValueError(f"by: {sorted(unknown)} are not recipe fields; use some of {', '.join(RECIPE_FIELDS)}")
+    groups: dict[tuple, list[Config]] = {}
+    for c in grid.configs:
+        groups.setdefault(tuple(getattr(c, k) for k in by), []).append(c)
+    strip = lambda c: {k: v for k, v in c.to_dict().items() if k not in by}  # noqa: E731
     varied = grid.varied()
-    return {setting_label(strip(c), strip(configs[0])): {k: getattr(c, k) for k in varied} for c in configs}
+    return {Recipe.of(first, name=first.recipe()):
+            {setting_label(strip(c), strip(first)): {k: getattr(c, k) for k in varied} for c in configs}
+            for first, configs in ((configs[0], configs) for configs in groups.values())}
 
 
 def frequency_guess(c: Config, length: int, samples: int, seed: int = 0) -> float:
@@ -216,19 +217,12 @@ def accuracy_at(evaluation: Evaluation, lengths: Sequence[int]) -> np.ndarray:
 CRITERION = {4.0: 0.99, 8.0: 0.95}
 
 
-def recipe_of(config: dict) -> tuple:
-    """The training recipe of a config dict (or a frame row), as a hashable tuple of RECIPE_FIELDS values
-    (a missing value, NaN in a frame, as None)."""
-    return tuple(None if config[k] is None or (isinstance(config[k], float) and np.isnan(config[k])) else config[k]
-                 for k in RECIPE_FIELDS)
-
-
 @dataclass
 class CriterionCheck:
     """How one recipe fares against CRITERION over every (vocab, offset) setting and seed it was run on."""
 
-    recipe: tuple  # recipe_of: the RECIPE_FIELDS values
-    text: str  # the recipe in words
+    recipe: Recipe  # the recipe of its models (named by their Config.recipe())
+    text: str  # the recipe in words, and the KEPT_APART fields where they differ from the defaults
     settings: int  # (vocab, offset) settings
     models: int  # models (settings x seeds)
     worst: dict[float, float]  # multiple -> the lowest accuracy of any model
@@ -241,14 +235,14 @@ class CriterionCheck:
         return self.slack >= 0
 
 
-MODEL_FIELDS = ("rope_base",)  # model settings that a criterion check keeps apart, next to the recipe
+KEPT_APART = ("batch", "decay_scope", "rope_base")  # fields a criterion check keeps apart, next to the recipe
 
 
 def check_criterion(df: pd.DataFrame, criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
-    """One CriterionCheck per recipe (and MODEL_FIELDS value) among the models of frame ``df`` (every model
+    """One CriterionCheck per recipe (and KEPT_APART values) among the models of frame ``df`` (every model
     evaluated at each multiple of ``criterion``), best slack first."""
     out = []
-    for _, g in df.groupby(list(RECIPE_FIELDS + MODEL_FIELDS), sort=False, dropna=False):
+    for _, g in df.groupby(list(RECIPE_FIELDS + KEPT_APART), sort=False, dropna=False):
         acc = {m: where(g, multiple=m).accuracy.to_numpy() for m in criterion}  # (models,) each, in one order
         below = np.any([acc[m] < bar for m, bar in criterion.items()], axis=0)
         models = where(g, multiple=next(iter(criterion)))
@@ -256,7 +250,7 @@ def check_criterion(df: pd.DataFrame, criterion: dict[float, float] = CRITERION)
         base = float(first.rope_base)
         text = first.recipe + ("" if base == Config().rope_base else f"; RoPE base {base:g}")
         out.append(CriterionCheck(
-            recipe_of(first), text, len(set(zip(g.vocab, g.offset))), len(models),
+            Recipe.of(first, name=first.recipe), text, len(set(zip(g.vocab, g.offset))), len(models),
             {m: float(a.min()) for m, a in acc.items()}, int(below.sum()),
             float(min((acc[m] - bar).min() for m, bar in criterion.items())), float(models.seconds.mean()),
         ))

@@ -11,28 +11,37 @@ recipe is still the closest.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .config import Config
-
-# The Config fields that make up a training recipe (what a result must be stated with).
-RECIPE_FIELDS = ("optimizer", "lr", "steps", "batch", "target_accuracy", "weight_decay", "decay_scope")
-
 
 @dataclass(frozen=True)
 class Recipe(Mapping):
     """A named training recipe: the Config training fields it sets (every other field stays as given).
 
     It reads as a mapping of those fields, so ``config.replace(**recipe)`` works like ``recipe.apply(config)``.
+    Two recipes are equal when they set the same values (the name is a label): ``Recipe.of(config) ==
+    SMALL_STEPS`` asks whether ``config`` was trained with the small-step recipe.
     """
 
-    name: str
+    name: str = field(compare=False)
     optimizer: str
     lr: float
     steps: int
     target_accuracy: float | None  # None: no early stop, the whole budget of ``steps``
     weight_decay: float
+
+    @classmethod
+    def of(cls, source: Config | Mapping, name: str = "") -> Recipe:
+        """The recipe a config was trained with: the RECIPE_FIELDS values of a ``Config``, a config dict or a
+        row of ``Sweep.frame()`` (a missing early stop, NaN in a frame, as None), under ``name``."""
+        get = (lambda k: getattr(source, k)) if isinstance(source, Config) else source.__getitem__
+        stop = get("target_accuracy")
+        return cls(name, optimizer=str(get("optimizer")), lr=float(get("lr")), steps=int(get("steps")),
+                   target_accuracy=None if stop is None or math.isnan(stop) else float(stop),
+                   weight_decay=float(get("weight_decay")))
 
     def apply(self, c: Config) -> Config:
         """``c`` trained with this recipe."""
@@ -51,20 +60,21 @@ class Recipe(Mapping):
         return replace(self, steps=max_steps)
 
     def __getitem__(self, key: str) -> object:
-        if key not in _SET:
-            raise KeyError(f"{key!r} is not a field a recipe sets; those are {', '.join(_SET)}")
+        if key not in RECIPE_FIELDS:
+            raise KeyError(f"{key!r} is not a field a recipe sets; those are {', '.join(RECIPE_FIELDS)}")
         return getattr(self, key)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(_SET)
+        return iter(RECIPE_FIELDS)
 
     def __len__(self) -> int:
-        return len(_SET)
+        return len(RECIPE_FIELDS)
 
 
-_SET = tuple(f.name for f in fields(Recipe) if f.name != "name")  # the Config fields a recipe sets
+# The Config fields a recipe sets (batch and decay_scope stay as the config has them).
+RECIPE_FIELDS = tuple(f.name for f in fields(Recipe) if f.compare)
 
-FIRST_FIT = Recipe("first fit", **{k: getattr(Config(), k) for k in _SET})  # the defaults: lr 0.01, early stop
+FIRST_FIT = Recipe("first fit", **{k: getattr(Config(), k) for k in RECIPE_FIELDS})  # the defaults: lr 0.01, early stop
 SMALL_STEPS = Recipe("small steps", optimizer="adam", lr=3e-4, steps=6667, target_accuracy=None, weight_decay=0.0)
 RECIPES: dict[str, Recipe] = {r.name: r for r in (FIRST_FIT, SMALL_STEPS)}
 

@@ -13,8 +13,10 @@ import pytest
 from lengthgen import compare
 from lengthgen.config import Config
 from lengthgen.plots import md_table
+from lengthgen.recipes import FIRST_FIT, Recipe
 from lengthgen.sweep import frame, grid_from_dict
 from lengthgen.task import eval_tokens, targets
+
 
 def _record(seed: int, acc4: float, acc8: float, **config) -> dict:
     """A sweep record (what ``Sweep.records`` holds) evaluated at 1x, 4x and 8x the training length."""
@@ -121,12 +123,18 @@ def test_settings_and_setting_label() -> None:
     assert compare.setting_label(base, base) == "defaults"
     assert compare.setting_label({**base, "dim": 16, "rope_base": 100.0}, base) == "dim=16, rope_base=100"
     grid = grid_from_dict({"base": {"steps": 10}, "recipes": [{}, {"lr": 1e-3}], "variants": [{}, {"dim": 16}]})
-    assert compare.recipes_in(grid, ["lr"]) == [{"lr": Config().lr}, {"lr": 1e-3}]
-    assert compare.settings(grid, {"lr": 1e-3}) == {"defaults": {"lr": 1e-3, "dim": Config().dim},
-                                                    "dim=16": {"lr": 1e-3, "dim": 16}}
+    by_recipe = compare.settings_by_recipe(grid, ["lr"])
+    first, small = (Config().replace(steps=10, lr=lr) for lr in (Config().lr, 1e-3))
+    assert list(by_recipe) == [Recipe.of(first), Recipe.of(small)]  # Recipes, in grid order
+    assert [r.name for r in by_recipe] == [first.recipe(), small.recipe()]
+    assert by_recipe[Recipe.of(small)] == {"defaults": {"lr": 1e-3, "dim": Config().dim},
+                                          "dim=16": {"lr": 1e-3, "dim": 16}}
     assert [c.dim for c in compare.configs_with(grid, lr=1e-3)] == [Config().dim, 16]
-    with pytest.raises(ValueError, match="no config"):
-        compare.settings(grid, {"lr": 5.0})
+    with pytest.raises(ValueError, match="not recipe fields"):
+        compare.settings_by_recipe(grid, ["dim"])
+    decay = grid_from_dict({"base": {"steps": 10}, "variants": [{}, {"weight_decay": 1.0}]})
+    assert list(compare.settings_by_recipe(decay, ["lr"]).values())[0] == {  # weight decay outside ``by``: a setting
+        "defaults": {"weight_decay": 0.0}, "weight_decay=1": {"weight_decay": 1.0}}
 
 
 def test_frequency_guess_matches_a_direct_count() -> None:
@@ -173,11 +181,21 @@ def test_check_criterion_finds_the_recipes_that_pass_and_ranks_by_slack() -> Non
     close = [_record(0, 0.995, 0.97, lr=1e-3), _record(1, 0.985, 0.99, lr=1e-3)]  # one model 0.005 short at 4x
     bad = [_record(0, 0.5, 0.3, lr=1e-2)]
     checks = compare.check_criterion(frame(bad + close + good))
-    assert [c.recipe[1] for c in checks] == [3e-4, 1e-3, 1e-2]
+    assert [c.recipe.lr for c in checks] == [3e-4, 1e-3, 1e-2]
     assert checks[0].passes and checks[0].settings == 2 and checks[0].models == 4
     assert not checks[1].passes and checks[1].failing == 1 and np.isclose(checks[1].slack, -0.005)
     assert checks[1].worst == {4.0: 0.985, 8.0: 0.97} and np.isclose(checks[0].seconds_per_model, 0.5)
-    assert checks[0].recipe == compare.recipe_of({**Config().to_dict(), "lr": 3e-4, "target_accuracy": None})
+    assert checks[0].recipe == Recipe.of(Config(lr=3e-4, target_accuracy=None)) != FIRST_FIT
+    assert checks[0].recipe.name == Config(lr=3e-4, target_accuracy=None).recipe()  # named as the frame states it
+
+
+def test_check_criterion_keeps_batch_and_decay_scope_apart() -> None:
+    """Batch and decay scope are not fields a Recipe sets, but runs that differ in them are checked apart."""
+    rows = [_record(0, 1.0, 1.0, weight_decay=1.0), _record(0, 0.5, 0.5, weight_decay=1.0, decay_scope="all"),
+            _record(0, 0.2, 0.2, batch=1024)]
+    checks = compare.check_criterion(frame(rows))
+    assert len(checks) == 3 and [c.slack < 0 for c in checks] == [False, True, True]
+    assert checks[0].recipe == checks[1].recipe and "every parameter" in checks[1].text
 
 
 def test_check_criterion_keeps_a_different_rope_base_apart() -> None:
