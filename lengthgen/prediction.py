@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .compare import CRITERION
+from .compare import CRITERION, paired_change, spread
 from .config import Config, ConfigError
 from .kernel import BEYOND_MULTIPLE, pair_spectrum
 from .maxmargin import MaxMargin, coefficients, cosine, far_field, predict, solve
@@ -102,6 +102,72 @@ def random_cosines(reference: np.ndarray, draws: int = 10000, seed: int = 0) -> 
     """(draws,) cosines of isotropic random directions with ``reference`` (d,): the chance level of a cosine."""
     gen = np.random.default_rng(seed)
     return cosine(gen.standard_normal((draws, len(reference))), np.asarray(reference)[None])
+
+
+def random_level(solutions: Mapping[str, MaxMargin], quantile: float = 0.95) -> float:
+    """The largest, over ``solutions``, ``quantile`` of |cosine| between a random direction and the solution's
+    coefficients: a cosine below it means nothing."""
+    return max(float(np.quantile(np.abs(random_cosines(s.w)), quantile)) for s in solutions.values())
+
+
+def closest_geometries(paths: Mapping[str, DirectionPath],
+                       solutions: Mapping[str, MaxMargin]) -> dict[str, tuple[str, float, float]]:
+    """rule -> (the geometry whose max-margin kernel the final kernel is closest to, that mean cosine over
+    seeds, the mean seed-to-seed cosine), the input of ``selection_verdict``."""
+    best = {}
+    for name, p in paths.items():
+        final = {g: p.cosines(s.w)[-1] for g, s in solutions.items()}
+        top = max(final, key=lambda g: final[g].mean())
+        best[name] = (top, float(final[top].mean()), float(seed_agreement(p.w[-1]).mean()))
+    return best
+
+
+def path_header(geometries: Sequence[str]) -> list[str]:
+    """The columns of ``path_rows``."""
+    return (["rule", "recipe", "final loss"] + [f"cosine to {g}" for g in geometries]
+            + ["seed to seed", "last turn (1 - cos)", "position share"])
+
+
+def path_rows(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin],
+              position_share: Mapping[str, np.ndarray]) -> list[list[str]]:
+    """One formatted row (``path_header``) per rule: its recipe, final loss, the final cosine to every geometry
+    (``compare.spread`` over seeds), seed to seed, the last turn of the direction, and the position share
+    (``position_share[rule]`` (S,), e.g. ``kernel.pair_spectrum(model).position_share``)."""
+    return [[name, p.trained.config.recipe(), f"{np.nanmean(p.trained.loss[-1]):.1e}"]
+            + [spread(p.cosines(s.w)[-1]) for s in solutions.values()]
+            + [f"{seed_agreement(p.w[-1]).mean():.3f}", f"{p.turning()[-1].mean():.1e}",
+               f"{position_share[name].mean():.2f}"] for name, p in paths.items()]
+
+
+def path_frames(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin],
+                random: float) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """The along-training figure's data (``plots.sweep_lines``): rule -> curve -> (steps, mean, standard error):
+    the cosine to every geometry after the initialisation, the seed-to-seed cosine, and the flat ``random`` level."""
+    sem = lambda x: x.std(1, ddof=1) / np.sqrt(x.shape[1])  # noqa: E731
+    frames = {}
+    for name, p in paths.items():
+        cos = {g: p.cosines(s.w) for g, s in solutions.items()}  # (n, S) each
+        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), sem(c[1:])) for g, c in cos.items()}
+        frames[name]["seed to seed"] = (p.steps[1:], np.array([seed_agreement(w).mean() for w in p.w[1:]]),
+                                        np.zeros(len(p.steps) - 1))
+        frames[name]["random direction (95% of |cosine|)"] = (p.steps[[1, -1]], np.full(2, random), np.zeros(2))
+    return frames
+
+
+def path_numbers(best: Mapping[str, tuple[str, float, float]], position_share: Mapping[str, np.ndarray],
+                 minibatch: str) -> dict[str, str | float]:
+    """What the prose cites from ``closest_geometries``: the closest rule, its geometry and cosine
+    (``closest_*``); over the full-batch rules (all but ``minibatch``) the best cosine (``full_best``), the range
+    of seed-to-seed cosines (``agree_range``) and the mean position share (``full_share``); the mini-batch run's
+    seed to seed, geometry, cosine and position share (``mb_*``)."""
+    closest = max(best, key=lambda n: best[n][1])
+    full = [n for n in best if n != minibatch]
+    return {"closest_rule": closest, "closest_geometry": best[closest][0], "closest_cos": best[closest][1],
+            "full_best": max(best[n][1] for n in full),
+            "agree_range": f"{min(best[n][2] for n in full):.2f} to {max(best[n][2] for n in full):.2f}",
+            "mb_agree": best[minibatch][2], "mb_geometry": best[minibatch][0], "mb_cos": best[minibatch][1],
+            "mb_share": float(position_share[minibatch].mean()),
+            "full_share": float(np.mean([position_share[n].mean() for n in full]))}
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -223,6 +289,67 @@ def rank_agreement(rows: Sequence[dict], multiple: int, predicted: str = "predic
     return spearman([r[predicted][multiple] for r in rows], [r["measured"][multiple] for r in rows])
 
 
+def format_rho(x: float) -> str:
+    """A rank correlation as the tables show it: signed, two decimals, or "none (no spread)" when undefined."""
+    return f"{x:+.2f}" if np.isfinite(x) else "none (no spread)"
+
+
+def table_header(multiples: Sequence[int]) -> list[str]:
+    """The columns of ``table_rows``."""
+    return (["V", "K", "base", "rule", "geometry", "accuracy 1x (trained)"]
+            + [f"{m}x predicted / measured" for m in multiples] + ["extrapolates to 8x: predicted", "measured"])
+
+
+def table_rows(rows: Sequence[dict], multiples: Sequence[int]) -> list[list[str]]:
+    """``prediction_table`` rows formatted (``table_header``): the setting, the rule and its geometry, the measured
+    accuracy at 1x, "predicted / measured ± sem" at every multiple, and the two extrapolation verdicts."""
+    cell = lambda r, m: f"{r['predicted'][m]:.3f} / {r['measured'][m]:.3f} ± {r['sem'][m]:.3f}"  # noqa: E731
+    yes = lambda b: "yes" if b else "no"  # noqa: E731
+    return [[f"{r['vocab']}", f"{r['offset']}", f"{r['rope_base']:g}", r["optimizer"], r["geometry"], f"{r['fit']:.3f}"]
+            + [cell(r, m) for m in multiples] + [yes(r["predicted_extrapolates"]), yes(r["measured_extrapolates"])]
+            for r in rows]
+
+
+def scatter_points(rows: Sequence[dict], multiple: int = 8) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """rule -> (measured, predicted) accuracy at ``multiple`` over the rule's ``prediction_table`` rows."""
+    points: dict[str, tuple[list, list]] = {}
+    for r in rows:
+        points.setdefault(r["optimizer"], ([], []))
+        points[r["optimizer"]][0].append(r["measured"][multiple])
+        points[r["optimizer"]][1].append(r["predicted"][multiple])
+    return {k: (np.array(a), np.array(b)) for k, (a, b) in points.items()}
+
+
+def table_numbers(table: Sequence[dict], fitted: Sequence[dict]) -> dict[str, int | str]:
+    """The counts the prose cites from the ``prediction_table`` rows (``table``) and those that fit the training
+    length (``fitted``), under the chapter's names: the settings and fitted rows (``grid_*``), the fitted rows
+    whose yes/no extrapolation verdicts agree (``yesno_agree``), the rows predicted yes and no and how many of each
+    were right (``n_said_*``), and per geometry (``l2``, ``linf``) the rows, how many extrapolate and (L2) the
+    measured and predicted accuracy at 8x as "lowest to highest"."""
+    said_yes = [r for r in fitted if r["predicted_extrapolates"]]
+    said_no = [r for r in fitted if not r["predicted_extrapolates"]]
+    by_geo = {g: [r for r in fitted if r["geometry"] == g] for g in ("l2", "linf")}
+    span = lambda rows, key: f"{min(r[key][8] for r in rows):.3f} to {max(r[key][8] for r in rows):.3f}"  # noqa: E731
+    out: dict[str, int | str] = {
+        "grid_settings": len(table), "grid_fitted": len(fitted),
+        "yesno_agree": sum(r["predicted_extrapolates"] == r["measured_extrapolates"] for r in fitted),
+        "n_said_yes": len(said_yes), "n_said_yes_right": sum(r["measured_extrapolates"] for r in said_yes),
+        "n_said_no": len(said_no), "n_said_no_right": sum(not r["measured_extrapolates"] for r in said_no)}
+    for g, rows in by_geo.items():
+        out[f"{g}_rows"], out[f"{g}_rows_extrapolate"] = len(rows), sum(r["measured_extrapolates"] for r in rows)
+    out["l2_measured_8x"], out["l2_predicted_8x"] = span(by_geo["l2"], "measured"), span(by_geo["l2"], "predicted")
+    return out
+
+
+def far_field_range(explore_grid: Mapping[tuple[str, int, float], dict]) -> dict[str, tuple[float, float]]:
+    """geometry -> (smallest, largest) far-field margin over the offsets and bases of an ``explore`` grid."""
+    out: dict[str, tuple[float, float]] = {}
+    for (g, _, _), e in explore_grid.items():
+        lo, hi = out.get(g, (np.inf, -np.inf))
+        out[g] = (min(lo, e["far_field"]), max(hi, e["far_field"]))
+    return out
+
+
 @one_thread
 def explore(offsets: Sequence[int], bases: Sequence[float], geometries: Sequence[str], train_length: int, dim: int,
             vocab: int, lengths: Sequence[int], reach: int = BEYOND_MULTIPLE) -> dict[tuple[str, int, float], dict]:
@@ -263,3 +390,61 @@ def decay_verdict(ratios: Sequence[float], tolerance: float = 0.1) -> str:
     parts = [f"{n} of {len(r)} settings {what}" for n, what in
              ((on, f"sit on the bound (within {tolerance:.0%})"), (above, "exceed it"), (below, "stay below it")) if n]
     return "; ".join(parts).capitalize() + "."
+
+
+def bound_ratios(decayed: Mapping[float, DirectionPath]) -> dict[float, np.ndarray]:
+    """weight decay lambda -> (n, S) the largest |parameter| over AdamW's bound 1/lambda at every checkpoint."""
+    return {wd: p.max_abs / (1 / wd) for wd, p in decayed.items()}
+
+
+def final_ratios(decayed: Mapping[float, DirectionPath]) -> list[float]:
+    """Per lambda, the final largest |parameter| over 1/lambda, mean over seeds (the input of ``decay_verdict``)."""
+    return [float(r[-1].mean()) for r in bound_ratios(decayed).values()]
+
+
+def decay_header(geometries: Sequence[str]) -> list[str]:
+    """The columns of ``decay_rows``."""
+    return (["lambda", "1/lambda", "lambda x lr x steps", "largest |parameter|", "its ratio to 1/lambda",
+             "accuracy 1x", "accuracy 8x"] + [f"cosine to {g}" for g in geometries])
+
+
+def decay_rows(decayed: Mapping[float, DirectionPath], accuracy: Mapping[float, np.ndarray],
+               solutions: Mapping[str, MaxMargin], lr: float, steps: int) -> list[list[str]]:
+    """One formatted row (``decay_header``) per weight decay lambda of AdamW runs at ``lr`` for ``steps``: the bound
+    1/lambda, lambda x lr x steps, the final largest |parameter| and its ratio to the bound, accuracy at 1x and 8x
+    (``accuracy[lambda]`` (2, S)) and the final cosine to every geometry, each as ``compare.spread`` over seeds."""
+    ratios = bound_ratios(decayed)
+    return [[f"{wd:g}", f"{1 / wd:g}", f"{wd * lr * steps:g}", spread(p.max_abs[-1]), spread(ratios[wd][-1]),
+             spread(accuracy[wd][0]), spread(accuracy[wd][1])] + [spread(p.cosines(s.w)[-1]) for s in solutions.values()]
+            for wd, p in decayed.items()]
+
+
+def decay_frames(decayed: Mapping[float, DirectionPath]) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """The weight-decay figure's data (``plots.sweep_lines``): per lambda, the largest |parameter| along training
+    (mean and standard error over seeds, after the initialisation) and the flat bound 1/lambda."""
+    frames = {}
+    for wd, p in decayed.items():
+        sem = p.max_abs.std(1, ddof=1) / np.sqrt(p.max_abs.shape[1])
+        frames[f"lambda = {wd:g}"] = {"largest |parameter|": (p.steps[1:], p.max_abs[1:].mean(1), sem[1:]),
+                                      "1 / lambda": (p.steps[[1, -1]], np.full(2, 1 / wd), np.zeros(2))}
+    return frames
+
+
+def decay_numbers(decayed: Mapping[float, DirectionPath], accuracy: Mapping[float, np.ndarray], lr: float,
+                  steps: int) -> dict[str, str | float]:
+    """What the prose cites on weight decay, under the chapter's names. ``accuracy``: lambda -> (2, S) accuracy at
+    1x and 8x, with lambda = 0 the run without decay. The smallest lambda x lr x steps (``decay_time_min``), the
+    range of final ratios to the bound (``decay_ratio_range``), accuracy at 8x without and with decay
+    (``nodecay_8x``, ``decay_8x``), the decay that raised it most over the same seeds with its paired change and
+    verdict (``decay_best*``), and how much the largest parameter still moved over the last checkpoint
+    (``decay_drift``, relative, the range over lambdas)."""
+    ratios = final_ratios(decayed)
+    changes = {wd: paired_change(accuracy[0.0][1], accuracy[wd][1]) for wd in decayed}
+    top = max(decayed, key=lambda wd: changes[wd].mean)
+    drift = [float(np.mean(np.abs(p.max_abs[-1] - p.max_abs[-2]) / p.max_abs[-1])) for p in decayed.values()]
+    return {"decay_time_min": min(wd * lr * steps for wd in decayed),
+            "decay_ratio_range": f"{min(ratios):.2f} to {max(ratios):.2f}",
+            "nodecay_8x": spread(accuracy[0.0][1]),
+            "decay_8x": "; ".join(f"lambda {wd:g}: {spread(accuracy[wd][1])}" for wd in decayed),
+            "decay_best": f"{top:g}", "decay_best_change": f"{changes[top].mean:+.3f} ± {changes[top].sem:.3f}",
+            "decay_best_verdict": changes[top].verdict, "decay_drift": f"{min(drift):.1%} to {max(drift):.1%}"}

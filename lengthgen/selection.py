@@ -316,6 +316,11 @@ class Recipe:
     init_scale: float = 0.1
 
     @property
+    def signlike(self) -> bool:
+        """Adam with b2 = b1 (and, in ``LADDER``, a negligible eps): the sign-like form of its update."""
+        return self.rule == "adam" and self.betas[0] == self.betas[1]
+
+    @property
     def label(self) -> str:
         extra = "" if self.betas == (0.9, 0.999) and self.eps == 1e-8 else f", b2={self.betas[1]:g}, eps={self.eps:g}"
         fact = f", factorised, init {self.init_scale:g}" if self.parametrisation == "factorised" else ""
@@ -367,3 +372,105 @@ def summary(tr: Trajectory, rung: Rung) -> dict:
     row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= 0.99)
     row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= 0.99)
     return row
+
+
+# The ladder's table and the numbers read from it ----------------------------------------------------------------
+
+def reached(row: dict) -> bool:
+    """Whether a ``summary`` row's rule reached its own geometry, by the cosine or by the margin ratio."""
+    return bool(row["reached_own"] or row["own_margin"])
+
+
+def ladder_rows(runs: list[Trajectory], rung: Rung, recipes: list[Recipe] | None = None) -> list[dict]:
+    """``summary`` of each run of ``ladder(rung, recipes)`` (default ``LADDER[rung.name]``), with the recipe's
+    ``signlike`` and a short ``label`` (the rule, ", factorised", ", b2 = b1, eps ~ 0" for sign-like Adam)."""
+    recipes = LADDER[rung.name] if recipes is None else recipes
+    rows = []
+    for tr, rec in zip(runs, recipes, strict=True):
+        row = summary(tr, rung)
+        row["label"] = row["rule"] + (", factorised" if row["parametrisation"] == "factorised" else "") + (
+            ", b2 = b1, eps ~ 0" if rec.signlike else "")
+        row["signlike"] = rec.signlike
+        rows.append(row)
+    return rows
+
+
+def ladder_header(rung: Rung) -> list[str]:
+    """The columns of ``ladder_table`` for ``rung``'s geometries."""
+    return (["rule", "lr", "steps", "its geometry"] + [f"cosine to {g}" for g in rung.geometries]
+            + ["margin ratio (own)", "random (mean |cos|)", "seed to seed", "reached its own", "seconds"])
+
+
+def ladder_table(rows: list[dict], rung: Rung) -> list[list[str]]:
+    """One formatted row (``ladder_header``) per ``ladder_rows`` row: the cosine to every geometry at the end, the
+    margin ratio to the rule's own geometry, the largest random baseline, seed to seed, reached or not, seconds."""
+    geos = rung.geometries
+    return [[r["label"], f"{r['lr']:g}", str(r["steps"]), r["own"] or "none named"]
+            + [f"{r[f'cos_{g}']:.3f}" for g in geos]
+            + ["-" if r["own"] is None else f"{r['ratio_' + r['own']]:.3f}"]
+            + [f"{max(r[f'random_{g}'] for g in geos):.2f}", f"{r['seed_to_seed']:.3f}",
+               "-" if r["own"] is None else ("yes" if reached(r) else "no"), f"{r['seconds']:.1f}"]
+            for r in rows]
+
+
+def ladder_numbers(rows: list[dict]) -> dict[str, int | str]:
+    """Over the rules that have a geometry of their own: how many there are (``named``), how many reached it
+    (``reached``), and the others with their steps, cosine and margin ratio (``missed``, "none" when none)."""
+    named = [r for r in rows if r["own"] is not None]
+    missed = [f"{r['label']} ({r['steps']} steps: cosine {r['cos_' + r['own']]:.3f}, margin ratio "
+              f"{r['ratio_' + r['own']]:.3f})" for r in named if not reached(r)]
+    return {"reached": sum(reached(r) for r in named), "named": len(named), "missed": "; ".join(missed) or "none"}
+
+
+def adam_numbers(tr: Trajectory) -> dict[str, float]:
+    """Adam's update at the last checkpoint of ``tr`` (means over seeds): its ``eps``, the median sqrt(v_hat) over
+    eps (``median_over_eps``), the largest update in units of lr (``update_max``) and the gradient norm."""
+    if tr.adam_median is None:
+        raise ConfigError(f"rule {tr.rule!r}: Adam's numbers need an Adam run (rule='adam')")
+    return {"eps": tr.eps, "median_over_eps": float(tr.adam_median[:, -1].mean() / tr.eps),
+            "update_max": float(tr.update_max[:, -1].mean()), "grad_norm": float(tr.grad_norm[:, -1].mean())}
+
+
+def adam_reading(tr: Trajectory) -> str:
+    """What Adam's update at the end of ``tr`` is (markdown with math): gradient-like when eps dominates the
+    denominator (median sqrt(v_hat) <= eps / 10), neither when they are of one order, else how far below sign
+    descent's it is; when eps dominates, also when the turn away from the sign-like step began (the first
+    checkpoint whose largest update fell below lr / 2) against when the median sqrt(v_hat) fell below eps."""
+    numbers = adam_numbers(tr)
+    ratio, umax = numbers["median_over_eps"], numbers["update_max"]
+    shrinking = bool((tr.grad_norm[:, -1] < tr.grad_norm[:, -2]).all())
+    if ratio <= 0.1:
+        reading = ("So $\\epsilon$ dominates the denominator: the update is close to $\\hat m/\\epsilon$, a momentum form of "
+                   "gradient descent (step $\\mathrm{lr}/\\epsilon$), whose geometry is $\\ell_2$'s, not the sign-like step "
+                   "the $\\ell_\\infty$ result assumes; with $\\beta_2 = \\beta_1$ and a negligible $\\epsilon$ it is sign-like.")
+    elif ratio < 10:
+        reading = "So $\\epsilon$ and $\\sqrt{\\hat v}$ are of the same order: the update is neither sign-like nor gradient-like."
+    elif umax < 0.5 and shrinking:
+        reading = ("So $\\epsilon$ is not what holds Adam back here. The update is well below sign descent's: $\\hat v$ "
+                   "averages the squared gradient over about $1/(1-\\beta_2) = 1000$ steps while the gradient keeps shrinking "
+                   "(the figure), so each coordinate is divided by an older, larger gradient scale, and the step is not the "
+                   "sign-like one the $\\ell_\\infty$ result assumes; with $\\beta_2 = \\beta_1$ it is.")
+    else:
+        reading = "So $\\epsilon$ is not what holds Adam back here, and the update is " + (
+            "close to sign descent's." if umax >= 0.5 else "well below sign descent's.")
+    steps = np.asarray(tr.steps)
+    halved = steps[tr.update_max.mean(0) < 0.5]
+    crossed = steps[tr.adam_median.mean(0) < tr.eps]
+    if ratio <= 0.1 and len(halved) and (not len(crossed) or halved[0] < crossed[0]):
+        until = f"until step {int(crossed[0]):,}" if len(crossed) else "throughout"
+        reading += (f" The turn away from the sign-like step started earlier, though: the largest update fell below half "
+                    f"of lr by step {int(halved[0]):,}, while the median $\\sqrt{{\\hat v}}$ stayed above $\\epsilon$ "
+                    f"{until}; $\\hat v$ averages the squared gradient over about $1/(1-\\beta_2) = 1000$ steps of a "
+                    "shrinking gradient, so each coordinate is divided by an older, larger scale.")
+    return reading
+
+
+def kernel_rung_numbers(rows: list[dict], rung: Rung) -> dict[str, float]:
+    """The kernel rung's numbers the prose cites: default Adam's cosine to l-infinity and to L2
+    (``adam_default``, ``adam_default_l2``), sign-like Adam's to l-infinity (``adam_signlike``), and how close the
+    l-infinity and pair-norm solutions are to the L2 one (``linf_l2``, ``pairs_l2``)."""
+    adam = {r["signlike"]: r for r in rows if r["rule"] == "adam"}
+    return {"adam_default": adam[False]["cos_linf"], "adam_default_l2": adam[False]["cos_l2"],
+            "adam_signlike": adam[True]["cos_linf"],
+            "linf_l2": float(cosine(rung.solution("linf"), rung.solution("l2"))),
+            "pairs_l2": float(cosine(rung.solution("pairs"), rung.solution("l2")))}

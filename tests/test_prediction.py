@@ -142,3 +142,87 @@ def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
     shown = [t for t in fig.data if t.visible]
     assert len(shown) == 1 + 3  # the window and the first grid point
     assert fig.layout.meta["grid"]["labels"] == [["l2", "linf"], ["2", "4"], ["100"]]
+
+
+# What chapter 10 reads from the paths, the prediction table and the weight-decay runs ---------------------------
+
+@pytest.fixture(scope="module")
+def solutions() -> dict:
+    return {g: solve(SMALL.offset, SMALL.train_length, SMALL.dim, SMALL.rope_base, g) for g in ("l2", "linf", "pairs")}
+
+
+def test_the_path_report_reads_the_last_checkpoint(path, solutions) -> None:
+    paths = {"gd": path, "adam, mini-batch": path}
+    best = pr.closest_geometries(paths, solutions)
+    final = {g: path.cosines(s.w)[-1].mean() for g, s in solutions.items()}
+    top = max(final, key=final.get)
+    assert best["gd"] == (top, pytest.approx(final[top]), pytest.approx(pr.seed_agreement(path.w[-1]).mean()))
+    share = {name: np.array([0.5, 0.7]) for name in paths}
+    rows = pr.path_rows(paths, solutions, share)
+    assert len(rows) == 2 and all(len(r) == len(pr.path_header(list(solutions))) for r in rows)
+    assert rows[0][0] == "gd" and rows[0][-1] == "0.60" and rows[0][1] == SMALL.recipe()
+    frames = pr.path_frames(paths, solutions, random=0.3)
+    curve = frames["gd"]["cosine to l2"]
+    assert np.array_equal(curve[0], path.steps[1:]) and np.allclose(curve[1], path.cosines(solutions["l2"].w)[1:].mean(1))
+    assert np.all(frames["gd"]["random direction (95% of |cosine|)"][1] == 0.3)
+    level = pr.random_level(solutions, 0.95)
+    assert 0 < level < 1 and level >= np.quantile(np.abs(pr.random_cosines(solutions["l2"].w)), 0.95)
+
+
+def test_path_numbers_split_full_batch_and_mini_batch() -> None:
+    best = {"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.8, 0.6), "mb": ("pairs", 0.3, 0.2)}
+    share = {"gd": np.array([0.2]), "sign": np.array([0.4]), "mb": np.array([0.9])}
+    numbers = pr.path_numbers(best, share, minibatch="mb")
+    assert (numbers["closest_rule"], numbers["closest_geometry"], numbers["closest_cos"]) == ("sign", "linf", 0.8)
+    assert numbers["full_best"] == 0.8 and numbers["agree_range"] == "0.60 to 0.90"
+    assert (numbers["mb_geometry"], numbers["mb_cos"], numbers["mb_agree"], numbers["mb_share"]) == ("pairs", 0.3, 0.2, 0.9)
+    assert numbers["full_share"] == pytest.approx(0.3)
+
+
+def _row(rule: str, geometry: str, predicted: float, measured: float, yes: bool, right: bool) -> dict:
+    return {"vocab": 16, "offset": 2, "rope_base": 100.0, "optimizer": rule, "geometry": geometry, "fit": 1.0,
+            "predicted": {8: predicted}, "measured": {8: measured}, "sem": {8: 0.01},
+            "predicted_extrapolates": yes, "measured_extrapolates": yes == right}
+
+
+def test_the_prediction_table_report() -> None:
+    rows = [_row("gd", "l2", 0.4, 0.5, False, True), _row("gd", "l2", 0.9, 0.3, True, False),
+            _row("sign", "linf", 0.99, 0.97, True, True)]
+    formatted = pr.table_rows(rows, [8])
+    assert formatted[0] == ["16", "2", "100", "gd", "l2", "1.000", "0.400 / 0.500 ± 0.010", "no", "no"]
+    assert all(len(r) == len(pr.table_header([8])) for r in formatted)
+    numbers = pr.table_numbers(rows + [_row("gd", "l2", 0.1, 0.1, False, True)], rows)
+    assert numbers["grid_settings"] == 4 and numbers["grid_fitted"] == 3 and numbers["yesno_agree"] == 2
+    assert (numbers["n_said_yes"], numbers["n_said_yes_right"], numbers["n_said_no"], numbers["n_said_no_right"]) == (2, 1, 1, 1)
+    assert (numbers["l2_rows"], numbers["l2_rows_extrapolate"], numbers["linf_rows"], numbers["linf_rows_extrapolate"]) == (2, 0, 1, 1)
+    assert numbers["l2_measured_8x"] == "0.300 to 0.500" and numbers["l2_predicted_8x"] == "0.400 to 0.900"
+    points = pr.scatter_points(rows, 8)
+    assert list(points) == ["gd", "sign"] and np.array_equal(points["gd"][0], [0.5, 0.3])
+    assert np.array_equal(points["gd"][1], [0.4, 0.9])
+    assert pr.format_rho(0.5) == "+0.50" and pr.format_rho(float("nan")) == "none (no spread)"
+    far = pr.far_field_range({("l2", 1, 100.0): {"far_field": -0.5}, ("l2", 2, 100.0): {"far_field": 0.2},
+                              ("linf", 1, 100.0): {"far_field": 0.7}})
+    assert far == {"l2": (-0.5, 0.2), "linf": (0.7, 0.7)}
+
+
+@pytest.fixture(scope="module")
+def decayed() -> dict:
+    c = SMALL.replace(weight_decay=1.0, decay_scope="all")
+    return {wd: pr.direction_path(c.replace(weight_decay=wd), [0, 1], every=5, per_decade=3) for wd in (0.5, 1.0)}
+
+
+def test_the_weight_decay_report(decayed, solutions) -> None:
+    accuracy = {0.0: np.array([[1.0, 1.0], [0.5, 0.6]]), 0.5: np.array([[1.0, 1.0], [0.7, 0.8]]),
+                1.0: np.array([[1.0, 1.0], [0.5, 0.5]])}
+    rows = pr.decay_rows(decayed, accuracy, solutions, SMALL.lr, SMALL.steps)
+    assert [r[:3] for r in rows] == [["0.5", "2", "0.2"], ["1", "1", "0.4"]]
+    assert all(len(r) == len(pr.decay_header(list(solutions))) for r in rows)
+    p = decayed[0.5]
+    assert pr.final_ratios(decayed)[0] == pytest.approx(float((p.max_abs[-1] * 0.5).mean()))
+    numbers = pr.decay_numbers(decayed, accuracy, SMALL.lr, SMALL.steps)
+    assert numbers["decay_best"] == "0.5" and numbers["decay_best_change"] == "+0.200 ± 0.000"
+    assert numbers["nodecay_8x"] == "0.550 [0.500, 0.600]" and numbers["decay_time_min"] == pytest.approx(0.2)
+    assert numbers["decay_8x"].startswith("lambda 0.5: 0.750 [0.700, 0.800]; lambda 1: ")
+    frames = pr.decay_frames(decayed)
+    assert list(frames) == ["lambda = 0.5", "lambda = 1"]
+    assert np.allclose(frames["lambda = 1"]["largest |parameter|"][1], decayed[1.0].max_abs[1:].mean(1))

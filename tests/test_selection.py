@@ -177,3 +177,56 @@ def test_figures_of_the_rungs(kernel: sel.Rung) -> None:
     assert any("eps" in t.name for t in anatomy.data) and anatomy.layout.height
     with pytest.raises(ValueError, match="Adam"):
         plots.adam_anatomy(runs["ngd"])
+
+
+# The ladder's table and what chapter 10 reads from it ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def short_ladder(kernel: sel.Rung) -> list[sel.Trajectory]:
+    return sel.ladder(kernel, scale=0.001, checkpoints=6)
+
+
+def test_ladder_rows_label_each_recipe(short_ladder, kernel: sel.Rung) -> None:
+    rows = sel.ladder_rows(short_ladder, kernel)
+    assert [r["signlike"] for r in rows] == [r.signlike for r in sel.LADDER["kernel"]] and sum(r["signlike"] for r in rows) == 1
+    assert [r["label"] for r in rows][4:8] == ["adam", "adam, b2 = b1, eps ~ 0", "gd, factorised", "ngd, factorised"]
+    assert rows[0] == {**sel.summary(short_ladder[0], kernel), "label": "gd", "signlike": False}
+    with pytest.raises(ValueError):
+        sel.ladder_rows(short_ladder[:3], kernel)  # a run per recipe
+    table = sel.ladder_table(rows, kernel)
+    assert all(len(r) == len(sel.ladder_header(kernel)) for r in table)
+    for r, line in zip(rows, table):
+        assert line[-2] == ("-" if r["own"] is None else "yes" if sel.reached(r) else "no")
+    numbers = sel.kernel_rung_numbers(rows, kernel)
+    assert numbers["adam_default"] == rows[4]["cos_linf"] and numbers["adam_signlike"] == rows[5]["cos_linf"]
+    assert numbers["linf_l2"] == pytest.approx(float(mm.cosine(kernel.solution("linf"), kernel.solution("l2"))))
+
+
+def test_ladder_numbers_count_the_rules_with_a_geometry_of_their_own() -> None:
+    rows = [{"own": "l2", "reached_own": True, "own_margin": False, "label": "gd", "steps": 10},
+            {"own": "linf", "reached_own": False, "own_margin": True, "label": "sign", "steps": 10},
+            {"own": "linf", "reached_own": False, "own_margin": False, "label": "adam", "steps": 20,
+             "cos_linf": 0.5, "ratio_linf": 0.25},
+            {"own": None, "reached_own": None, "own_margin": None, "label": "signum", "steps": 10}]
+    assert sel.ladder_numbers(rows) == {"reached": 2, "named": 3,
+                                        "missed": "adam (20 steps: cosine 0.500, margin ratio 0.250)"}
+    assert sel.ladder_numbers(rows[:2])["missed"] == "none"
+
+
+def test_adams_reading_follows_its_denominator(short_ladder) -> None:
+    import dataclasses
+
+    adam = short_ladder[4]
+    numbers = sel.adam_numbers(adam)
+    assert numbers["eps"] == 1e-8 and numbers["median_over_eps"] == pytest.approx(adam.adam_median[:, -1].mean() / 1e-8)
+    with pytest.raises(ConfigError, match="Adam run"):
+        sel.adam_numbers(short_ladder[0])
+    C = len(adam.steps)
+    big, small = np.full((2, C), 1e-3), np.full((2, C), 1e-10)
+    assert "close to sign descent's" in sel.adam_reading(dataclasses.replace(adam, adam_median=big, update_max=np.ones((2, C))))
+    assert "same order" in sel.adam_reading(dataclasses.replace(adam, adam_median=np.full((2, C), 1e-8)))
+    eps_rules = sel.adam_reading(dataclasses.replace(adam, adam_median=small, update_max=np.full((2, C), 0.1)))
+    assert eps_rules.startswith("So $\\epsilon$ dominates") and "turn away" not in eps_rules  # both from the start
+    later = np.concatenate([big[:, :3], small[:, 3:]], 1)  # sqrt(v_hat) falls below eps at the fourth checkpoint
+    reading = sel.adam_reading(dataclasses.replace(adam, adam_median=later, update_max=np.full((2, C), 0.1)))
+    assert f"until step {int(adam.steps[3]):,}" in reading and f"by step {int(adam.steps[0]):,}" in reading
