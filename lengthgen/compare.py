@@ -7,7 +7,9 @@ state their verdicts with.
 - two summaries are compared by the two-standard-error rule (:func:`versus`), a paired before/after over
   the same seeds by :func:`paired_change` (arrays) or :func:`paired` (two selections of a frame);
 - one model's predicted failure length (from its kernel) against its measured one (:func:`failure_multiples`,
-  :func:`failure_verdict`, :func:`failure_table`);
+  :func:`failure_verdict`);
+- a grid's configs grouped by training recipe (a ``recipes.Recipe``) and named by the setting they change
+  (:func:`settings_by_recipe`), and each recipe's models against chapter 9's bar (:func:`check_criterion`);
 - baselines and per-seed spreads for ``Evaluation`` results (:func:`frequency_guess`, :func:`spread`,
   :func:`share_beyond`, :func:`accuracy_at`).
 
@@ -157,11 +159,6 @@ def setting_label(config: dict, base: dict) -> str:
     changed = {k: v for k, v in config.items() if v != base[k]}
     return "defaults" if not changed else ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
                                                     for k, v in changed.items())
-
-
-def configs_with(grid: Grid, **fields: Any) -> list[Config]:
-    """The configs of ``grid`` (in grid order) whose field ``k`` equals ``v`` for every ``k=v``."""
-    return [c for c in grid.configs if all(getattr(c, k) == v for k, v in fields.items())]
 
 
 def settings_by_recipe(grid: Grid, by: Sequence[str]) -> dict[Recipe, dict[str, dict]]:
