@@ -132,7 +132,8 @@ def error_summary(comparisons: Mapping[Key, Comparison], recipe: str) -> dict[st
 
 
 def accuracy_points(comparisons: Mapping[Key, Comparison]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """``plots.law_scatter``'s points: "RECIPE, K=k" -> (measured accuracy, predicted accuracy), every seed and length."""
+    """``plots.law_scatter``'s points: "RECIPE, K=k" -> (measured accuracy, predicted accuracy), every seed and
+    length."""
     return {f"{name}, K={k}": (cmp.measured_accuracy.ravel(), cmp.predicted_accuracy.ravel())
             for (name, k), cmp in comparisons.items()}
 
@@ -150,9 +151,12 @@ def worst_accuracy(comparisons: Mapping[Key, Comparison]) -> dict[str, int | flo
     """The (model, length) point, over every recipe, where the predicted accuracy misses the measured one most
     (the first such point on a tie): which it is, both accuracies, the miss (``acc_worst``), and how far the
     mean-field and content laws' target weights are off there."""
-    (name, k), i, s = max(
-        ((key, i, s) for key, cmp in comparisons.items() for i in range(len(cmp.lengths)) for s in range(len(cmp.seeds))),
-        key=lambda x: abs(comparisons[x[0]].predicted_accuracy[x[1], x[2]] - comparisons[x[0]].measured_accuracy[x[1], x[2]]))
+    def miss(point: tuple[Key, int, int]) -> float:
+        key, i, s = point
+        return abs(comparisons[key].predicted_accuracy[i, s] - comparisons[key].measured_accuracy[i, s])
+
+    (name, k), i, s = max(((key, i, s) for key, cmp in comparisons.items()
+                           for i in range(len(cmp.lengths)) for s in range(len(cmp.seeds))), key=miss)
     cmp = comparisons[name, k]
     return {
         "acc_worst_recipe": name,

@@ -92,7 +92,8 @@ def table(runs: Mapping[Key, KernelRun], multiples: Sequence[float]) -> str:
             lines.append(
                 f"{name:11s} {k:2d} {seed:4d} {r.trained.steps[s]:5d}  {acc[0, s]:.3f}  {r.margin.target[s]:5.2f}  "
                 f"{r.margin.in_window[s]:9.2f}  {r.margin.beyond[s]:6.2f}  {fails!s:>8}  {len(r.peaks[s]):5d}  "
-                f"({spec.period[top]:8.1f}, {spec.energy_top[1][s]:.3f})  " + "  ".join(f"{a:7.3f}" for a in acc[1:, s]))
+                f"({spec.period[top]:8.1f}, {spec.energy_top[1][s]:.3f})  "
+                + "  ".join(f"{a:7.3f}" for a in acc[1:, s]))
     return "\n".join(lines)
 
 
@@ -202,7 +203,8 @@ def beyond_summary(runs: Mapping[Key, KernelRun], by_length: Mapping[tuple[str, 
         "acc_far_min": float(acc[ok][-fit.sum():].min()),
         "n_fail": int(failures.size),
         "first_fail": f"{failures.min()} ({failures.min() / T:.1f}T)" if failures.size else "none",
-        "n_with_peaks": int(sum(len(runs[key].peaks[s]) > 0 for key in keys for s in np.flatnonzero(runs[key].learned))),
+        "n_with_peaks": int(sum(len(runs[key].peaks[s]) > 0
+                                for key in keys for s in np.flatnonzero(runs[key].learned))),
         "agree_mean": float(cos.mean()),
         "agree_min": float(cos.min()),
     }

@@ -43,7 +43,8 @@ def grid_table(rope: Mapping[GridKey, Run], ape: Mapping[tuple[int, int], Run], 
     rows = [(name, "rope", (d, t, k), r) for (name, d, t, k), r in rope.items()]
     rows += [("first fit", "ape", (r[0].config.dim, t, k), r) for (t, k), r in ape.items()]
     for name, enc, (d, t, k), (tr, ev) in rows:
-        lines.append(f"{name:11s}  {enc:4s} {d:3d} {t:4d} {k:3d}  {tr.steps.min():5d}-{tr.steps.max():<5d}  {_spreads(ev)}")
+        steps = f"{tr.steps.min():5d}-{tr.steps.max():<5d}"
+        lines.append(f"{name:11s}  {enc:4s} {d:3d} {t:4d} {k:3d}  {steps}  {_spreads(ev)}")
     return "\n".join(lines)
 
 
@@ -98,8 +99,8 @@ def fit_transfer(rope: Mapping[GridKey, Run], recipe: str, width: int, multiples
     """Every seed of one (recipe, width) column: accuracy at T, accuracy at 2T, "T=.., K=.., seed .."."""
     keys = [key for key in rope if key[:2] == (recipe, width)]
     hover = [f"T={key[2]}, K={key[3]}, seed {s}" for key in keys for s in rope[key][0].seeds]
-    return (_column(rope, recipe, width, row(multiples, 1)).ravel(), _column(rope, recipe, width, row(multiples, 2)).ravel(),
-            hover)
+    at_T = _column(rope, recipe, width, row(multiples, 1)).ravel()
+    return at_T, _column(rope, recipe, width, row(multiples, 2)).ravel(), hover
 
 
 def transfer_summary(points: Points, solved: float) -> dict[str, int | float]:

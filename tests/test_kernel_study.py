@@ -109,7 +109,8 @@ def test_spectrum_and_rank_summaries(runs) -> None:
     s = kernel_study.spectrum_summary(runs, "long")
     assert s["top1_min"] <= s["top1_mean"] <= s["top2_mean"] <= s["top4_mean"] <= 1 + 1e-12
     periods = np.round(runs["long", 2].spectrum.period, 1)
-    assert s["common_period"] in periods and s["common_period_count"].endswith(f"of {kernel_study.peak_summary(runs, 'long')['n_peaked']}")
+    n_peaked = kernel_study.peak_summary(runs, "long")["n_peaked"]
+    assert s["common_period"] in periods and s["common_period_count"].endswith(f"of {n_peaked}")
     rank = kernel_study.rank_summary(runs, "long")
     assert 0 <= rank["rank_one_rest"] <= 1 and 0 <= rank["position_min"] <= rank["position_max"] <= 1
     r = runs["long", 2]
