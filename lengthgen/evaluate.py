@@ -1,4 +1,5 @@
-"""Accuracy and attention of a trained ensemble at any evaluation length, on held-out samples."""
+"""Accuracy and attention of a trained ensemble at any evaluation length, on held-out samples, and the summaries
+the chapters cite from them (mean, worst and best seed by length; how training ended; worst against best seed)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,30 @@ class Evaluation:
     def mean_accuracy(self) -> dict[int, float]:
         return {L: float(r.accuracy.mean()) for L, r in self.by_length.items()}
 
+    def multiples(self, train_length: int) -> dict[int, LengthResult]:
+        """The results keyed by multiple m of ``train_length`` (every evaluated length must be one)."""
+        odd = [L for L in self.by_length if L % train_length]
+        if odd:
+            raise ValueError(f"lengths {odd} are not multiples of train_length={train_length}: evaluate at "
+                             "m * train_length, or pass the training length these lengths were chosen from")
+        return {L // train_length: r for L, r in self.by_length.items()}
+
+    def summary(self, train_length: int) -> dict[str, float]:
+        """Accuracy over the seeds at each multiple m of ``train_length``: ``"{m}x"`` (mean), ``"{m}x_min"``
+        (worst seed) and ``"{m}x_max"`` (best seed), and the same at the longest length as ``"far"``,
+        ``"far_min"`` and ``"far_max"``."""
+        out: dict[str, float] = {}
+        by_multiple = self.multiples(train_length)
+        for m, r in by_multiple.items():
+            out |= {f"{m}x": float(r.accuracy.mean()), f"{m}x_min": float(r.accuracy.min()),
+                    f"{m}x_max": float(r.accuracy.max())}
+        far = max(by_multiple)
+        return out | {"far": out[f"{far}x"], "far_min": out[f"{far}x_min"], "far_max": out[f"{far}x_max"]}
+
+    def describe(self, train_length: int) -> str:
+        """Mean accuracy at each multiple of ``train_length`` in one line, e.g. ``"1x 1.000  2x 0.985"``."""
+        return "  ".join(f"{m}x {r.accuracy.mean():.3f}" for m, r in self.multiples(train_length).items())
+
 
 @dataclass
 class AttentionSums:
@@ -129,3 +154,49 @@ def evaluate(trained: Trained, lengths: Sequence[int], samples: int = EVAL_SAMPL
         check_length(trained.config, length)
     results = {int(L): evaluate_length(trained, int(L), samples, seed) for L in lengths}
     return Evaluation(trained.seeds, trained.config.chance, samples, results)
+
+
+def mean_attention_map(trained: Trained, length: int, samples: int, member: int = 0) -> np.ndarray:
+    """Last-layer attention of one ensemble member, every query against every key, averaged over ``samples``
+    held-out sequences of ``length``: (length, length)."""
+    check_samples(samples)
+    check_length(trained.config, length, members=trained.model.members, samples=samples)
+    tokens = eval_tokens(trained.config, length, samples, seed=0)
+    with torch.no_grad():
+        attn = trained.model(tokens.to(trained.device), full=True).attentions[-1][member]  # (B, L, L)
+    return attn.mean(0).cpu().numpy()
+
+
+def final_accuracy(trained: Trained) -> np.ndarray:
+    """Training-batch accuracy at each member's last step: (S,)."""
+    return trained.accuracy[trained.steps - 1, np.arange(len(trained.seeds))]
+
+
+def fit_summary(trained: Trained, target_accuracy: float) -> dict[str, float | int]:
+    """How training ended over the members: the fewest and most steps (``steps_min``, ``steps_max``), the lowest
+    final training-batch accuracy (``final_min``) and how many members ended at ``target_accuracy`` or above
+    (``reached``)."""
+    final = final_accuracy(trained)
+    return {"steps_min": int(trained.steps.min()), "steps_max": int(trained.steps.max()),
+            "final_min": float(final.min()), "reached": int((final >= target_accuracy).sum())}
+
+
+def seed_contrast(accuracy: np.ndarray, target_weight: np.ndarray, weight_beyond: np.ndarray,
+                  argmax_beyond: np.ndarray) -> dict[str, float | int]:
+    """The worst seed against the best at one length, from per-seed values (S,) each: accuracy, the last query's
+    weight on the target, its weight on keys beyond the training window and the share of argmaxes there.
+
+    Returns ``spread`` (best minus worst accuracy), the mean and largest weight beyond the window
+    (``beyond_mean``, ``beyond_max``), the largest argmax share there (``argmax_beyond_max``), the two seeds'
+    indices (``worst_seed``, ``best_seed``) and, for each, ``{worst,best}_acc``, ``_target_weight``,
+    ``_beyond_weight`` and ``_beyond_argmax``."""
+    worst, best = int(accuracy.argmin()), int(accuracy.argmax())
+    out: dict[str, float | int] = {
+        "spread": float(accuracy.max() - accuracy.min()), "beyond_mean": float(weight_beyond.mean()),
+        "beyond_max": float(weight_beyond.max()), "argmax_beyond_max": float(argmax_beyond.max()),
+        "worst_seed": worst, "best_seed": best,
+    }
+    for which, s in (("worst", worst), ("best", best)):
+        out |= {f"{which}_acc": float(accuracy[s]), f"{which}_target_weight": float(target_weight[s]),
+                f"{which}_beyond_weight": float(weight_beyond[s]), f"{which}_beyond_argmax": float(argmax_beyond[s])}
+    return out

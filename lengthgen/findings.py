@@ -5,13 +5,14 @@ horizon a recipe's per-seed values give a mean and its standard error, and the t
 the claim passes when the whole interval mean +/- 2 se is on the claim's side of its threshold, fails when the
 whole interval is on the other side, and is undecided otherwise (as in ``compare.versus``). A recipe then
 *holds* the claim when it passes at every horizon, *bounds* it when it passes at the nearest horizon but fails
-further out, and does not hold it otherwise; the verdict across recipes is one of ``VERDICTS``.
+further out, and does not hold it otherwise; the verdict across recipes is one of ``VERDICTS``. ``judge`` (and
+``judge_all``, for a claim that must hold in several settings) applies all of this to per-seed values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -99,3 +100,54 @@ def all_of(decisions: Sequence[bool | None]) -> bool | None:
     if any(d is False for d in decisions):
         return False
     return True if all(d is True for d in decisions) else None
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A claim judged under each recipe (recipe name -> ...): the decision at each horizon, nearest first, and the
+    per-seed values shown for it (at the farthest horizon; in the worst setting for ``judge_all``)."""
+
+    decisions: dict[str, list[bool | None]]
+    far: dict[str, np.ndarray]  # (S,) per recipe, as given (not converted)
+    unit: dict[str, str] = field(default_factory=dict)  # what the shown values count, e.g. "seeds, T=64"
+
+    @property
+    def verdict(self) -> str:
+        """The verdict across recipes (``verdict``)."""
+        return verdict(self.decisions)
+
+    def cell(self, name: str, fmt: str = ".3f") -> str:
+        """Recipe ``name``'s table cell: ``mean ± 2 se (n unit): status`` at the farthest horizon, numbers in
+        ``fmt`` (e.g. ``".1e"`` for values near zero)."""
+        e = estimate(self.far[name])
+        return (f"{e.mean:{fmt}} ± {2 * e.se:{fmt}} ({e.n} {self.unit.get(name, 'seeds')}): "
+                f"{recipe_status(self.decisions[name])}")
+
+
+def _horizons(values: np.ndarray) -> np.ndarray:
+    """Per-seed values as (n_horizons, S); a (S,) array is one horizon."""
+    values = np.asarray(values)
+    return values[None] if values.ndim == 1 else values
+
+
+def judge(values: Mapping[str, np.ndarray], threshold: float, above: bool, unit: str = "seeds") -> Finding:
+    """Judge a claim from per-seed values per recipe, (n_horizons, S) nearest horizon first or (S,) for a claim
+    with no horizon: the two-standard-error decision against ``threshold`` at each horizon (``above``: the
+    values must lie above it). ``unit``: what the values count (seeds, seed pairs)."""
+    rows = {name: _horizons(v) for name, v in values.items()}
+    return Finding({name: [decide(estimate(h), threshold, above) for h in v] for name, v in rows.items()},
+                   {name: v[-1] for name, v in rows.items()}, {name: unit for name in rows})
+
+
+def judge_all(values: Mapping[str, Mapping[str, np.ndarray]], threshold: float, above: bool) -> Finding:
+    """Judge a claim that must hold in every setting (recipe -> setting -> per-seed values (n_horizons, S)): at
+    each horizon it passes when every setting passes, fails when one fails (``all_of``). The values shown are
+    the worst setting's at the farthest horizon (lowest mean when ``above``, else highest)."""
+    decisions, far, unit = {}, {}, {}
+    for name, settings in values.items():
+        rows = {s: _horizons(v) for s, v in settings.items()}
+        n = len(next(iter(rows.values())))
+        decisions[name] = [all_of([decide(estimate(v[h]), threshold, above) for v in rows.values()]) for h in range(n)]
+        worst = (min if above else max)(rows, key=lambda s: rows[s][-1].mean())
+        far[name], unit[name] = rows[worst][-1], f"seeds, {worst}"
+    return Finding(decisions, far, unit)

@@ -10,13 +10,14 @@ Shapes: S members, L positions, d width.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
+import pandas as pd
 import torch
 
 from .config import Config, ConfigError, check_length
-from .evaluate import EVAL_SAMPLES, attention_sums
+from .evaluate import EVAL_SAMPLES, Evaluation, attention_sums
 from .model import Model
 from .train import Trained
 
@@ -93,6 +94,52 @@ def measure_lengths(
     for L in lengths:
         check_length(trained.config, L)
     return {int(L): measure(trained, int(L), samples, seed) for L in lengths}
+
+
+def summary_frame(pins: Mapping[str, Mapping[int, PinningResult]]) -> pd.DataFrame:
+    """The ``summary`` of every recipe and length (recipe name -> length -> result) as one frame indexed by
+    (recipe, L): accuracy, argmax on the pinned position x_(T-K), argmax on the target x_(L-K), and how often the
+    answer is the token at x_(T-K); NaN where x_(T-K) lies outside the sequence."""
+    rows = {(name, L): p.summary() for name, by_length in pins.items() for L, p in by_length.items()}
+    columns = {"accuracy": "accuracy", "argmax_at_pinned": "argmax at x_(T-K)", "argmax_at_target": "argmax at x_(L-K)",
+               "predicts_pinned_token": "predicts token at x_(T-K)"}
+    frame = pd.DataFrame.from_dict(rows, orient="index")[list(columns)].rename(columns=columns).astype(float)
+    return frame.rename_axis(["recipe", "L"])
+
+
+def beyond_training(pins: Mapping[int, PinningResult], train_length: int) -> dict[str, float]:
+    """Pinning at the training length against the longer lengths (length -> result, means over members):
+    the argmax share on x_(T-K) at the training length (``pinned_T``); over the longer lengths, its mean
+    (``pinned_longer_mean``) and its highest for any member and length (``pinned_longer_max``), the argmax
+    share on the real target (``target_longer_mean``), the share of answers that are the token at x_(T-K)
+    (``predicts_pinned_longer``), and the share one position would get by luck, 1/L (``uniform_share``)."""
+    longer = [L for L in pins if L > train_length]
+    if train_length not in pins or not longer:
+        raise ValueError(f"beyond_training: measure at train_length={train_length} and at least one longer length "
+                         f"(measured: {sorted(pins)})")
+    summary = {L: pins[L].summary() for L in [train_length] + longer}
+    mean = lambda key: float(np.mean([summary[L][key] for L in longer]))  # noqa: E731
+    return {
+        "pinned_T": summary[train_length]["argmax_at_pinned"],
+        "pinned_longer_mean": mean("argmax_at_pinned"),
+        "pinned_longer_max": float(max(np.nanmax(pins[L].layers[-1].share_at(pins[L].pinned)) for L in longer)),
+        "predicts_pinned_longer": mean("predicts_pinned_token"),
+        "target_longer_mean": mean("argmax_at_target"),
+        "uniform_share": float(np.mean([1 / L for L in longer])),
+    }
+
+
+def length_spike(ev: Evaluation, train_length: int) -> dict[str, float]:
+    """Accuracy at exactly the training length against every other evaluated length: the mean over members at
+    ``train_length`` (``acc_T``), and over the other lengths the best member at any of them (``acc_others_max``)
+    and the mean over lengths and members (``acc_others_mean``)."""
+    if train_length not in ev.lengths:
+        raise ValueError(f"length_spike: evaluate at train_length={train_length} too (evaluated: {ev.lengths})")
+    acc = ev.accuracy()  # (n_lengths, S)
+    at = ev.lengths.index(train_length)
+    others = np.delete(acc, at, axis=0)
+    return {"acc_T": float(acc[at].mean()), "acc_others_max": float(others.max()),
+            "acc_others_mean": float(others.mean())}
 
 
 @dataclass

@@ -78,3 +78,29 @@ def test_headline_says_first_which_regimes_its_numbers_come_from(monkeypatch, ca
     assert first.startswith("Headline numbers from two training regimes")
     assert all(name in first for name in RECIPES) and "implicit-bias" in first
     assert rest[-1] == f"{2 * len(RECIPES)} columns"
+
+
+def test_judge_decides_each_horizon_and_shows_the_farthest():
+    values = {"first fit": np.array([[0.99, 0.98, 0.99], [0.90, 0.80, 0.85]]),  # passes near, fails far
+              "small steps": np.array([[0.99, 0.99, 1.0], [0.97, 0.98, 0.99]])}
+    found = findings.judge(values, findings.TRANSFER, above=True)
+    assert found.decisions == {"first fit": [True, False], "small steps": [True, True]}
+    assert found.verdict == "holds in one regime: small steps"
+    np.testing.assert_array_equal(found.far["first fit"], values["first fit"][-1])
+    e = findings.estimate(values["first fit"][-1])
+    assert found.cell("first fit") == f"{e.text(3)}: bounded"
+    assert found.cell("small steps", ".1e").endswith("(3 seeds): holds") and "e-01" in found.cell("small steps", ".1e")
+    one = findings.judge({"a": np.array([1e-12, 2e-12])}, findings.EXACT, above=False, unit="seed pairs")
+    assert one.decisions == {"a": [True]} and one.cell("a", ".1e").startswith("1.5e-12 ± ")
+    assert "(2 seed pairs): holds" in one.cell("a", ".1e")
+
+
+def test_judge_all_needs_every_setting_and_shows_the_worst():
+    good, bad = np.array([[0.99, 0.99, 1.0], [0.99, 0.98, 0.99]]), np.array([[0.99, 0.99, 0.99], [0.5, 0.6, 0.55]])
+    found = findings.judge_all({"r": {"K=1": good, "T=64": bad}, "s": {"K=1": good, "T=64": good}},
+                               findings.TRANSFER, above=True)
+    assert found.decisions == {"r": [True, False], "s": [True, True]}
+    np.testing.assert_array_equal(found.far["r"], bad[-1])
+    assert found.unit == {"r": "seeds, T=64", "s": "seeds, K=1"}  # ties: the first setting
+    assert found.cell("r").endswith("(3 seeds, T=64): bounded")
+    assert found.verdict == "holds in one regime: s"

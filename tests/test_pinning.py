@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lengthgen import Config, ConfigError, evaluate_length, train
+from lengthgen import Config, ConfigError, evaluate, evaluate_length, train
 from lengthgen.model import Model
-from lengthgen.pinning import measure, measure_lengths, pinned_index, table_norms
+from lengthgen.pinning import (
+    beyond_training, length_spike, measure, measure_lengths, pinned_index, summary_frame, table_norms,
+)
 
 APE = Config(encoding="ape", vocab=8, dim=32, train_length=16, steps=150, batch=128)
 
@@ -63,3 +65,32 @@ def test_bad_input_says_what_to_change(ape) -> None:
         measure_lengths(ape, [16, 5000])
     with pytest.raises(ConfigError, match="max_length"):
         table_norms(ape.model, 5000)
+
+
+def test_beyond_training_and_summary_frame(ape) -> None:
+    pins = measure_lengths(ape, [8, 16, 32, 64], samples=300)
+    out = beyond_training(pins, 16)
+    assert out["pinned_T"] == pins[16].summary()["argmax_at_pinned"] >= 0.9
+    longer = [pins[32].summary(), pins[64].summary()]
+    assert out["pinned_longer_mean"] == pytest.approx(np.mean([s["argmax_at_pinned"] for s in longer]))
+    assert out["target_longer_mean"] == pytest.approx(np.mean([s["argmax_at_target"] for s in longer]))
+    assert out["predicts_pinned_longer"] == pytest.approx(np.mean([s["predicts_pinned_token"] for s in longer]))
+    assert out["pinned_longer_max"] >= out["pinned_longer_mean"] > 5 * out["uniform_share"]
+    assert out["uniform_share"] == pytest.approx((1 / 32 + 1 / 64) / 2)
+    with pytest.raises(ValueError, match="at least one longer length"):
+        beyond_training({16: pins[16]}, 16)
+    frame = summary_frame({"a": pins, "b": {16: pins[16]}})
+    assert list(frame.index) == [("a", 8), ("a", 16), ("a", 32), ("a", 64), ("b", 16)]
+    assert frame.loc[("a", 32), "argmax at x_(T-K)"] == pytest.approx(longer[0]["argmax_at_pinned"])
+    assert np.isnan(frame.loc[("a", 8), "argmax at x_(T-K)"])  # L=8 has no position T-K=14
+
+
+def test_length_spike_at_the_training_length(ape) -> None:
+    ev = evaluate(ape, [12, 16, 20], samples=300)
+    out = length_spike(ev, 16)
+    acc = ev.accuracy()
+    assert out["acc_T"] == pytest.approx(float(acc[1].mean())) and out["acc_T"] >= 0.95
+    assert out["acc_others_max"] == pytest.approx(float(acc[[0, 2]].max())) and out["acc_others_max"] < 0.5
+    assert out["acc_others_mean"] == pytest.approx(float(acc[[0, 2]].mean()))
+    with pytest.raises(ValueError, match="train_length=10"):
+        length_spike(ev, 10)

@@ -14,7 +14,7 @@ from .accuracy import (
     accuracy_by_length_linear, accuracy_by_variant, accuracy_vs_length, fit_vs_transfer, setting_heatmap,
     training_curves,
 )
-from .by_recipe import recipe_menu
+from .by_recipe import accuracy_table, recipe_menu
 from .attention import ape_row_drift, argmax_positions, attention_maps, last_query_attention, shift_test
 from .mechanism import (
     LAW_STYLE, carrier_kernel_figure, dilution_curves, kernel_shapes, law_scatter, margin_vs_accuracy,
@@ -36,4 +36,5 @@ __all__ = [
     "margin_vs_accuracy", "md_table", "pair_spectrum_figure", "playground_grid", "predicted_vs_measured",
     "reach_envelope", "recipe_menu", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
     "selection_explorer", "selection_curves", "adam_anatomy", "sweep_lines", "training_curves", "use_book_renderer",
+    "accuracy_table",
 ]

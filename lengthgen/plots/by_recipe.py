@@ -1,4 +1,5 @@
-"""One figure per training recipe, joined into one figure with a recipe control (buttons above the plot).
+"""One figure per training recipe, joined into one figure with a recipe control (buttons above the plot), and
+the table that sets the recipes' accuracies side by side.
 
 Any figure of the other families (with or without a slider) is built once per recipe; ``recipe_menu`` puts
 their traces into one figure whose recipe buttons and (when the figures have one) slider act independently,
@@ -11,7 +12,8 @@ from typing import Mapping
 
 import plotly.graph_objects as go
 
-from .render import grid_controls
+from ..evaluate import Evaluation
+from .render import LABELS, grid_controls, md_table
 
 MENU_ROOM = 50  # pixels added above a figure for its row of recipe buttons
 
@@ -57,3 +59,18 @@ def recipe_menu(figs: Mapping[str, go.Figure], title: str) -> go.Figure:
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 110
     fig.update_layout(height=(first.layout.height or 440) + MENU_ROOM, margin=dict(t=top + MENU_ROOM))
     return fig
+
+
+def accuracy_table(evals: Mapping[tuple[str, str], Evaluation], train_length: int):  # -> IPython.display.Markdown
+    """A markdown table of accuracy by multiple of ``train_length``, one row per (encoding, recipe name) key of
+    ``evals`` in its order: each cell the mean over seeds and, in brackets, the worst seed."""
+    if not evals:
+        raise ValueError("accuracy_table: give at least one (encoding, recipe) -> Evaluation")
+    multiples = list(next(iter(evals.values())).multiples(train_length))
+    rows = []
+    for (enc, name), ev in evals.items():
+        s = ev.summary(train_length)
+        if any(f"{m}x" not in s for m in multiples):
+            raise ValueError(f"accuracy_table: {enc}, {name} is not evaluated at every multiple {multiples}")
+        rows.append([LABELS[enc], name] + [f"{s[f'{m}x']:.3f} (worst {s[f'{m}x_min']:.3f})" for m in multiples])
+    return md_table(["encoding", "recipe"] + [f"{m}x" for m in multiples], rows)
