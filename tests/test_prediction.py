@@ -142,6 +142,10 @@ def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
     shown = [t for t in fig.data if t.visible]
     assert len(shown) == 1 + 3  # the window and the first grid point
     assert fig.layout.meta["grid"]["labels"] == [["l2", "linf"], ["2", "4"], ["100"]]
+    # page weight: every curve and marker is float32 (offsets int16), the kernels on an implicit x axis
+    assert all(np.asarray(t.y).dtype == np.float32 for t in fig.data[1:])
+    assert all(t.x is None and t.dx == 1 for t in fig.data[1::3]) and fig.data[2].x.dtype == np.int16
+    assert '"f8"' not in fig.to_json()
 
 
 # What chapter 10 reads from the paths, the prediction table and the weight-decay runs ---------------------------

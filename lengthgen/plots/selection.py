@@ -24,7 +24,8 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
     the geometry and the base, a slider the offset (``grid_controls``; render with ``glue_grid_figure``).
 
     explore[(g, K, base)]: "kernel" (m,) c at delta = 0, -1, ..., -(m-1); "peaks" list of {"delta", "value"};
-    "lengths" (n,) and "accuracy" (n,).
+    "lengths" (n,) and "accuracy" (n,). Every array is stored as float32 (int16 for offsets) and the kernels on an
+    implicit x axis (x0, dx): 24 kernels of 256 points keep the page light.
     """
     from plotly.subplots import make_subplots
 
@@ -48,10 +49,12 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
                                  line=dict(color=color, width=1.5), name=f"c(delta), {g}",
                                  hovertemplate="%{x} back: %{y:.2f}<extra></extra>"), row=1, col=1)
         peaks = e["peaks"]
-        fig.add_trace(go.Scatter(x=[-p["delta"] for p in peaks], y=[p["value"] for p in peaks], mode="markers",
+        fig.add_trace(go.Scatter(x=np.array([-p["delta"] for p in peaks], dtype=np.int16),
+                                 y=np.array([p["value"] for p in peaks], dtype=np.float32), mode="markers",
                                  marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
                                  hovertemplate="%{x} back: %{y:.2f}<extra>peak</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=np.asarray(e["lengths"]) / train_length, y=np.asarray(e["accuracy"], dtype=np.float32),
+        fig.add_trace(go.Scatter(x=(np.asarray(e["lengths"]) / train_length).astype(np.float32),
+                                 y=np.asarray(e["accuracy"], dtype=np.float32),
                                  mode="lines+markers", line=dict(color=color, width=2), name=f"predicted accuracy, {g}",
                                  hovertemplate="%{x}x: %{y:.3f}<extra></extra>"), row=1, col=2)
         owners += [owner] * 3
@@ -76,19 +79,20 @@ def selection_curves(runs: Mapping[str, "Trajectory"],
                      title: str = "What each rule selects on the {0} rung") -> go.Figure:
     """For each run (``selection.run``; the slider picks the rule): the cosine of the end-to-end iterate to every
     geometry's max-margin solution against the step (log scale), mean over seeds, with the two baselines: the
-    seed-to-seed cosine (grey) and the mean |cosine| of a random direction with each solution (dotted, flat)."""
+    seed-to-seed cosine (grey) and the mean |cosine| of a random direction with each solution (dotted, flat).
+    Curves are stored as float32 (page weight)."""
     from .render import finish, slider_figure
 
     frames = {}
     for label, tr in runs.items():
         colors = GEOMETRY_COLORS if tr.rung == "kernel" else ATTENTION_COLORS
-        traces = [go.Scatter(x=tr.steps, y=c.mean(0), mode="lines+markers", name=f"cosine to {g} solution",
+        traces = [go.Scatter(x=tr.steps, y=c.mean(0).astype(np.float32), mode="lines+markers", name=f"cosine to {g} solution",
                              line=dict(color=colors.get(g, "#444"), width=2), marker=dict(size=4),
                              hovertemplate="step %{x}: %{y:.4f}<extra>" + g + "</extra>")
                   for g, c in tr.cosine.items()]
-        traces.append(go.Scatter(x=tr.steps, y=tr.seed_to_seed, mode="lines", name="seed-to-seed cosine",
+        traces.append(go.Scatter(x=tr.steps, y=tr.seed_to_seed.astype(np.float32), mode="lines", name="seed-to-seed cosine",
                                  line=dict(color="#7f7f7f", width=1.5, dash="dash")))
-        traces += [go.Scatter(x=[tr.steps[0], tr.steps[-1]], y=[level, level], mode="lines",
+        traces += [go.Scatter(x=tr.steps[[0, -1]], y=np.full(2, level, dtype=np.float32), mode="lines",
                               name=f"random direction vs {g} (mean |cos|)", hoverinfo="skip",
                               line=dict(color=colors.get(g, "#444"), width=1, dash="dot"))
                    for g, level in tr.random_level.items()]
