@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pandas as pd
 import pytest
 
 from lengthgen import Config, evaluate, recipes, train
@@ -46,3 +47,13 @@ def test_the_quick_small_step_recipe_learns_the_task_where_the_capped_one_does_n
     acc, old = quick.accuracy(), capped.accuracy()  # (2 lengths, 2 seeds)
     assert acc[0].min() > 0.99 and acc[1].min() > 0.85, acc
     assert old[0].max() < 0.3, old
+
+
+def test_recipe_of_a_config_a_dict_or_a_frame_row_and_equality_by_fields() -> None:
+    c = recipes.SMALL_STEPS.apply(Config(batch=64, decay_scope="all"))
+    assert recipes.Recipe.of(c) == recipes.SMALL_STEPS  # equal by the fields it sets; the name is a label
+    assert recipes.Recipe.of(c, name="mine").name == "mine" and hash(recipes.Recipe.of(c)) == hash(recipes.SMALL_STEPS)
+    row = pd.Series({**c.to_dict(), "target_accuracy": float("nan"), "lr": c.lr})  # a frame stores None as NaN
+    assert recipes.Recipe.of(row) == recipes.SMALL_STEPS and recipes.Recipe.of(row).target_accuracy is None
+    assert recipes.Recipe.of(Config().to_dict()) == recipes.FIRST_FIT != recipes.SMALL_STEPS
+    assert recipes.RECIPE_FIELDS == tuple(recipes.SMALL_STEPS)
