@@ -56,6 +56,9 @@ def at(df: pd.DataFrame, value: str = "accuracy", **eq: Any) -> dict:
     return stats(x.to_numpy())
 
 
+Lines = dict[str, tuple[list, list, list]]  # a figure's lines for plots.sweep_lines: name -> a :func:`line`
+
+
 def line(df: pd.DataFrame, x: str, value: str = "accuracy", **eq: Any) -> tuple[list, list, list]:
     """(x values, means, standard errors) of ``value`` against column ``x`` over the rows matching ``eq``,
     for ``plots.sweep_lines``."""

@@ -15,10 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .compare import VERDICTS, at, failure_verdict, line, paired, pm, versus, where
-
-Lines = dict[str, tuple[list, list, list]]  # a figure's lines: name -> (x values, means, standard errors)
-Effects = dict[str, tuple[list, list, list]]  # plots.setting_effects: length -> ([], means, sems) over the settings
+from .compare import VERDICTS, Lines, at, failure_verdict, line, paired, pm, versus, where
 
 
 def accuracy_listing(df: pd.DataFrame, rows: dict[str, dict], multiples: Sequence[float], width: int) -> str:
@@ -123,7 +120,7 @@ class SettingEffects:
     """One recipe's settings against its defaults: the figure's data, the table's rows, and what the prose cites
     (``numbers``; ``sentences`` in markdown), keyed by glue name."""
 
-    effects: Effects
+    effects: Lines  # for plots.setting_effects: length -> ([], means, standard errors) over the settings
     rows: list[list[str]]
     numbers: dict[str, Any]
     sentences: dict[str, str]

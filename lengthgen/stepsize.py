@@ -16,12 +16,11 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .compare import CRITERION, CriterionCheck, PairedChange, at, line, paired, pm, where
+from .compare import CRITERION, CriterionCheck, Lines, PairedChange, at, line, paired, pm, where
 from .recipes import Recipe
 from .sweep import summary
 
 LEARNED = 0.99  # a model "fits the training length" when its accuracy there is at least this
-Lines = dict[str, tuple[list, list, list]]  # a figure's lines: name -> (x values, means, standard errors)
 
 
 def lrs_of(d: pd.DataFrame) -> list[float]:
