@@ -4,10 +4,11 @@
 
 1. **Sweeps**: every grid file in ``sweeps/`` (what chapters read with ``load_grid``; a new file is picked up as
    it is) runs into the results cache on the machine's cores, with a progress bar; the quick grids in quick mode.
-   Each finished run is cached, so an interrupted step resumes. ``--sweeps-only`` (``make sweeps``) stops here.
+   The missing jobs of all grids form one queue, longest first (``sweep.run_grids``), so no core waits at the end
+   of a grid. Each finished run is cached, so an interrupted step resumes. ``--sweeps-only`` (``make sweeps``) stops here.
 2. **Chapters**: each chapter of ``_toc.yml`` is executed by papermill into ``_build/book`` (``QUICK=True`` in
    quick mode), reading the cache and computing only what is missing, with no cell time limit (``--cell-timeout``
-   sets one). A chapter whose staged copy came from the same source, parameters, package and grid files
+   sets one); as many chapters at once as there are workers (``--workers``), the longest first. A chapter whose staged copy came from the same source, parameters, package and grid files
    (``chapter_key``) is not executed again. papermill writes into ``_build/executing`` and the finished copy is
    moved into ``_build/book`` atomically: a killed build leaves no half-executed chapter behind.
 3. **Budgets**: a chapter over its budget (``BUDGETS``, quick and full seconds) is reported by name with its
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import concurrent.futures as cf
 import hashlib
 import json
 import os
@@ -47,7 +49,7 @@ from .cache import PACKAGE, Cache
 from .config import ConfigError
 from .plots import BOOK_BUILD_ENV
 from .site import VENDOR, vendor
-from .sweep import SWEEPS, load_grid, run_key, run_sweep
+from .sweep import SWEEPS, load_grid, run_grids, run_key
 
 if TYPE_CHECKING:
     from .sweep import Grid
@@ -162,8 +164,9 @@ def default_workers() -> int:
 
 
 def fill_sweeps(layout: Layout = DEFAULT, quick: bool = False, workers: int | None = None) -> dict[str, Any]:
-    """Step 1: run every grid file into the results cache. Returns the step's seconds and per grid: runs,
-    runs computed, seconds."""
+    """Step 1: run every grid file into the results cache, all grids' missing jobs in one queue, longest first
+    (``sweep.run_grids``). Returns the step's seconds and per grid: runs, runs computed, and the seconds after which
+    the grid was complete."""
     start = time.perf_counter()
     workers = default_workers() if workers is None else workers
     cache = Cache()
@@ -173,16 +176,14 @@ def fill_sweeps(layout: Layout = DEFAULT, quick: bool = False, workers: int | No
     print(f"sweeps: {len(grids)} grids in {layout.sweeps} ({'quick' if quick else 'full'}), {sum(missing.values())} "
           f"of {total} runs missing from {cache.folder} (a run two grids share counts in each); {workers} workers",
           flush=True)
-    out: dict[str, Any] = {}
-    for name, grid in grids.items():
-        t0 = time.perf_counter()
-        computed = 0
-        if missing[name]:
-            computed = run_sweep(grid, cache, workers=workers, progress=True).computed
-        out[name] = {"runs": len(grid.configs) * len(grid.seeds), "computed": computed,
-                     "seconds": round(time.perf_counter() - t0, 1)}
+    todo = [name for name in grids if missing[name]]
+    sweeps = dict(zip(todo, run_grids([grids[name] for name in todo], cache, workers=workers, progress=True)))
+    out = {name: {"runs": len(grid.configs) * len(grid.seeds),
+                  "computed": sweeps[name].computed if name in sweeps else 0,
+                  "seconds": round(sweeps[name].seconds, 1) if name in sweeps else 0.0} for name, grid in grids.items()}
     seconds = round(time.perf_counter() - start, 1)
-    print(f"sweeps: {sum(g['computed'] for g in out.values())} runs computed in {seconds} s", flush=True)
+    print(f"sweeps: {sum(g['computed'] for g in out.values())} runs computed in {seconds} s; each grid complete after "
+          + ", ".join(f"{name} {g['seconds']} s" for name, g in out.items()), flush=True)
     return {"seconds": seconds, "workers": workers, "grids": out}
 
 
@@ -335,9 +336,23 @@ def write_timings(quick: bool, chapters: dict[str, float], layout: Layout = DEFA
     return path
 
 
+def previous_seconds(layout: Layout, quick: bool) -> dict[str, float]:
+    """Each chapter's seconds in the last build of this mode (``timings``), {} when there was none."""
+    try:
+        return dict(json.loads(layout.timings(quick).read_text())["chapters"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
 def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budgets: dict[str, tuple[float, float]],
                  workers: int, cell_timeout: float | None, force: bool, report: dict[str, Any]) -> None:
-    """Step 2 and 3: execute each chapter whose staged copy is not current, check budgets; fills ``report``."""
+    """Step 2 and 3: execute each chapter whose staged copy is not current, check budgets; fills ``report``.
+
+    With ``workers`` >= 2 that many chapters execute at once (each in its own kernel, one core each: the chapters
+    train on one thread), the longest first by the last build's times (else by budget); the report lists them in
+    reading order. A failed chapter stops the build once the chapters already running have finished (they are kept).
+    """
+    todo: list[tuple[Path, dict[str, int]]] = []
     for nb in chapters(layout):
         name = nb.stem
         if names and name not in names:
@@ -350,20 +365,48 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
             report["chapters"][name] = meta["seconds"]
             print(f"{name}: up to date ({meta['seconds']} s when executed)", flush=True)
             continue
-        missing = missing_for(nb, quick, layout)
-        try:
-            seconds = round(execute(nb, quick, layout, cell_timeout), 1)
-        except papermill.PapermillExecutionError as e:
-            running = layout.executing / nb.relative_to(layout.root)
-            raise BuildError(f"chapter {name} failed in cell [{e.exec_count}]: {e.ename}: {e.evalue}. Its copy up "
-                             f"to the error: {running}. Fix it and rerun: chapters already executed are kept.")
-        report["chapters"][name] = seconds
-        report["executed"].append(name)
+        todo.append((nb, missing_for(nb, quick, layout)))
+    before = previous_seconds(layout, quick)
+    todo.sort(key=lambda t: -before.get(t[0].stem, report["budgets"][t[0].stem]) if workers > 1 else 0)
+    order = {nb.stem: i for i, nb in enumerate(chapters(layout))}
+
+    def finish(nb: Path, missing: dict[str, int], seconds: float) -> None:
+        name, limit = nb.stem, report["budgets"][nb.stem]
+        report["chapters"][name] = seconds = round(seconds, 1)
+        for key, add in (("executed", True), ("over_budget", seconds > limit)):
+            report[key] = sorted(report[key] + [name] * add, key=order.get)  # reading order
         print(f"{name}: {seconds} s (budget {limit:g} s)", flush=True)
         if seconds > limit:
             cell = slowest_cell(layout.stage / nb.relative_to(layout.root))
-            report["over_budget"].append(name)
             warn(over_budget_message(name, seconds, limit, quick, cell, missing, workers))
+
+    def failed(nb: Path, e: papermill.PapermillExecutionError) -> BuildError:
+        running = layout.executing / nb.relative_to(layout.root)
+        return BuildError(f"chapter {nb.stem} failed in cell [{e.exec_count}]: {e.ename}: {e.evalue}. Its copy up "
+                          f"to the error: {running}. Fix it and rerun: chapters already executed are kept.")
+
+    if workers <= 1 or len(todo) <= 1:
+        for nb, missing in todo:
+            try:
+                finish(nb, missing, execute(nb, quick, layout, cell_timeout))
+            except papermill.PapermillExecutionError as e:
+                raise failed(nb, e) from None
+        return
+    error: BuildError | None = None
+    with cf.ThreadPoolExecutor(workers) as pool:  # papermill runs each kernel as its own process
+        futures = {pool.submit(execute, nb, quick, layout, cell_timeout): (nb, missing) for nb, missing in todo}
+        for future in cf.as_completed(futures):
+            if future.cancelled():
+                continue
+            nb, missing = futures[future]
+            try:
+                finish(nb, missing, future.result())
+            except papermill.PapermillExecutionError as e:
+                error = error or failed(nb, e)
+                for f in futures:
+                    f.cancel()  # those not started yet; the running ones finish and are kept
+    if error is not None:
+        raise error
 
 
 def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | None = None, html: bool = True,
@@ -429,7 +472,8 @@ def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
     p.add_argument("--sweeps-only", action="store_true", help="fill the sweep cache and stop (make sweeps)")
     p.add_argument("--no-sweeps", action="store_true", help="skip the sweep step (chapters compute what is missing)")
     p.add_argument("--prune-cache", action="store_true", help="first delete cached results of other code versions")
-    p.add_argument("--workers", type=int, default=None, help="processes for the sweeps (default: this machine's cores)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes for the sweeps and chapters executed at once (default: this machine's cores)")
     p.add_argument("--cell-timeout", type=float, default=None, help="seconds per cell (default: no limit)")
     p.add_argument("--force", action="store_true", help="execute every chapter, even those up to date")
     p.add_argument("--strict", action="store_true", help="exit with status 3 when a chapter is over its budget")

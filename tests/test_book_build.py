@@ -185,3 +185,20 @@ def test_chapter_key_follows_source_parameters_package_and_grids(tmp_path: Path,
         assert key() != first, f"a change to {path.name} must execute the chapter again"
         path.write_text(old)
         assert key() == first
+
+
+def test_chapters_execute_side_by_side_with_the_same_outputs(tiny: book.Layout) -> None:
+    serial = build(tiny)
+    first = {name: outputs(tiny, name) for name in ("a", "b")}
+    parallel = book.build(tiny, html=False, workers=2, force=True)
+    assert parallel["executed"] == serial["executed"] == ["a", "b"], "reported in reading order"
+    assert {name: outputs(tiny, name) for name in ("a", "b")} == first
+    assert set(json.loads(tiny.timings(quick=False).read_text())["chapters"]) == {"a", "b"}
+
+
+def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(tiny: book.Layout,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_BOOK_FAIL", "1")
+    with pytest.raises(book.BuildError, match=r"chapter b failed in cell"):
+        book.build(tiny, html=False, workers=2, sweeps=False)
+    assert (tiny.stage / "book" / "a.ipynb").exists() and not (tiny.stage / "book" / "b.ipynb").exists()

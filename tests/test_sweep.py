@@ -290,3 +290,41 @@ def test_an_installed_package_carries_the_grid_files(tmp_path: Path) -> None:
                          env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(names)
+
+
+def test_plan_cuts_ensembles_without_weight_decay_and_keeps_those_with_it(monkeypatch) -> None:
+    monkeypatch.setattr(sweep_mod, "SPLIT_MEMBERS", 2)
+    base = Config(**TINY)
+    plain = [(base, (0, 1)), (base.replace(lr=1e-3), (0, 1, 2))]
+    decayed = [(base.replace(steps=8), (0, 1)), (base.replace(steps=8, weight_decay=0.1), (0, 1))]
+    assert sweep_mod.plan(plain + decayed) == [[(base, (0, 1))], [(base.replace(lr=1e-3), (0, 1))],
+                                               [(base.replace(lr=1e-3), (2,))], decayed]
+
+
+@pytest.mark.parametrize("recipes", [
+    [{"optimizer": "adam", "lr": 0.01}, {"optimizer": "adam", "lr": 0.003, "steps": 9}],
+    [{"optimizer": "gd", "lr": 0.5, "batch": 64}], [{"optimizer": "sign", "lr": 0.01}],
+    [{"optimizer": "adam", "lr": 0.01, "steps": 40, "target_accuracy": 0.5}]])
+def test_cut_ensembles_give_bitwise_the_numbers_of_whole_ones(tmp_path: Path, monkeypatch, recipes) -> None:
+    """Without weight decay a member trains to the same bits in an ensemble of any size (what ``plan`` relies on)."""
+    spec = tiny_grid(product={"offset": [1, 2]}, recipes=recipes, variants=[{}], seeds=3, record=["kernel", "argmax"])
+    g = grid_from_dict(spec)
+    monkeypatch.setattr(sweep_mod, "SPLIT_MEMBERS", 100)
+    whole = run_sweep(g, Cache(tmp_path / "a"))
+    monkeypatch.setattr(sweep_mod, "SPLIT_MEMBERS", 2)
+    cut = run_sweep(g, Cache(tmp_path / "b"))
+    assert min(r["batch_members"] for r in whole.records) > 2 and max(r["batch_members"] for r in cut.records) <= 2
+    assert science(whole.records) == science(cut.records)
+
+
+def test_run_grids_runs_the_longest_job_first_and_a_shared_run_once(tmp_path: Path, monkeypatch) -> None:
+    short = tiny_grid(name="short", product={}, variants=[{}], seeds=2)
+    long = tiny_grid(name="long", product={}, variants=[{}, {"steps": 60}], seeds=2)
+    counting = CountingTrain()
+    monkeypatch.setattr(sweep_mod, "train_runs", counting)
+    a, b = sweep_mod.run_grids([grid_from_dict(short), grid_from_dict(long)], Cache(tmp_path))
+    assert [c.steps for c, _ in counting.calls] == [60, 6], "the 60-step job first; the 6-step runs of both once"
+    assert (a.computed, b.computed) == (2, 2) and science(a.records) == science(b.records[:2])
+    assert 0 < a.seconds <= b.seconds, "each grid says when it was complete"
+    again = sweep_mod.run_grids([grid_from_dict(long)], Cache(tmp_path))[0]
+    assert again.computed == 0 and again.seconds == 0.0 and len(counting.calls) == 2
