@@ -305,3 +305,12 @@ def seed_agreement(kern: np.ndarray) -> np.ndarray:
     unit = centred / np.linalg.norm(centred, axis=1, keepdims=True)
     i, j = np.triu_indices(len(kern), 1)
     return (unit[i] * unit[j]).sum(1)
+
+
+def reach_envelope(kern: np.ndarray, offset: int, train_length: int) -> np.ndarray:
+    """(n,) the curve ``kernel_shapes`` draws from a kernel (n,) with entry j at delta = -j: the running maximum
+    over j' <= j, j' != K, of (c(-j') - c(-K)) / (c(-K) - the best other in-window offset)."""
+    rel = np.asarray(kern, dtype=np.float64) - kern[offset]
+    margin = -np.delete(rel[:train_length], offset).max()
+    rel[offset] = -np.inf
+    return np.maximum.accumulate(rel) / margin

@@ -22,7 +22,8 @@ from .dilution import LAWS, Comparison
 from .evaluate import evaluate
 from .kernel import BEYOND_MULTIPLE, carrier_kernel
 from .maxmargin import MaxMargin
-from .plots.mechanism import LAW_STYLE, reach_envelope
+from .kernel import reach_envelope
+from .plots.mechanism import LAW_STYLE
 from .trajectory import LogitSplit, alignment, checkpoints, direction_change, kernel_direction, logit_split
 from .train import Trained
 
@@ -147,7 +148,7 @@ def maxmargin_numbers(solutions: Mapping[str, MaxMargin], train_length: int) -> 
 
 def kernel_shape_frames(paths: Mapping[str, StepPath], solutions: Mapping[str, MaxMargin], offset: int,
                         train_length: int) -> dict[str, dict[str, np.ndarray]]:
-    """The data of ``plots.kernel_shapes``: per seed, the reach envelope (``plots.reach_envelope``) of each path's
+    """The data of ``plots.kernel_shapes``: per seed, the reach envelope (``kernel.reach_envelope``) of each path's
     last learned kernel and of each max-margin kernel, out to ``BEYOND_MULTIPLE`` training lengths."""
     reach = np.arange(BEYOND_MULTIPLE * train_length)
     envelope = lambda kern: reach_envelope(kern, offset, train_length)  # noqa: E731

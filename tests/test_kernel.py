@@ -177,3 +177,13 @@ def test_seed_agreement_ignores_offsets_and_scale_but_not_shape() -> None:
     assert noise.shape == (6,) and np.abs(noise).max() < 0.1
     with pytest.raises(ConfigError, match="S >= 2"):
         seed_agreement(x[None])
+
+
+def test_reach_envelope_is_the_running_best_rival_over_the_in_window_margin() -> None:
+    from lengthgen.kernel import reach_envelope
+
+    kern = np.array([0.0, 5.0, 1.0, 2.0, 3.0, 6.0, 4.0])  # target at offset 1, window of 4 offsets
+    env = reach_envelope(kern, offset=1, train_length=4)
+    # rel = kern - 5; in-window margin = 5 - max(0, 1, 2) = 3; the target itself is skipped
+    np.testing.assert_allclose(env, np.array([-5, -5, -4, -3, -2, 1, 1]) / 3)
+    assert env[5] > 0  # offset 5 (beyond the window) outscores the target

@@ -15,6 +15,7 @@ import pytest
 
 from lengthgen import plots
 from lengthgen.evaluate import Evaluation, LengthResult
+from lengthgen.kernel import reach_envelope
 from lengthgen.playground import PlaygroundGrid
 
 CHAR_PX = 7.5  # mean width of a character of the template's 13 px sans-serif (DejaVu Sans in Chromium), in pixels
@@ -60,7 +61,7 @@ def figures() -> dict[str, Callable[[], go.Figure]]:
         "predicted_vs_measured": lambda: plots.predicted_vs_measured([2.0, None], [3.0, 4.0], ["a", "b"], 16, "t"),
         "setting_effects": lambda: plots.setting_effects(["a", "b", "c"], series, chance, "t"),
         "carrier_kernel_figure": lambda: plots.carrier_kernel_figure({"s": (kern, kern / 2, 2, [20])}, 8, "t"),
-        "kernel_shapes": lambda: plots.kernel_shapes({"s": {"k": plots.reach_envelope(kern, 2, 8)}}, 2, 8, "t"),
+        "kernel_shapes": lambda: plots.kernel_shapes({"s": {"k": reach_envelope(kern, 2, 8)}}, 2, 8, "t"),
         "pair_spectrum_figure": lambda: plots.pair_spectrum_figure(np.array([6.0, 60.0]), {"s": np.array([0.7, 0.3])},
                                                                    8, "t"),
         "singular_value_figure": lambda: plots.singular_value_figure({"a": np.array([3.0, 1.0, 0.1])}, "t"),

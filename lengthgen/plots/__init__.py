@@ -18,7 +18,7 @@ from .by_recipe import accuracy_table, recipe_menu
 from .attention import ape_row_drift, argmax_positions, attention_maps, last_query_attention, shift_test
 from .mechanism import (
     LAW_STYLE, carrier_kernel_figure, dilution_curves, kernel_shapes, law_scatter, margin_vs_accuracy,
-    pair_spectrum_figure, reach_envelope, singular_value_figure,
+    pair_spectrum_figure, singular_value_figure,
 )
 from .playground_figure import playground_grid
 from .render import (
@@ -34,7 +34,7 @@ __all__ = [
     "attention_maps", "carrier_kernel_figure", "dilution_curves", "fit_vs_transfer", "glue_figure",
     "glue_grid_figure", "grid_controls", "grid_visibility", "kernel_shapes", "last_query_attention", "law_scatter",
     "margin_vs_accuracy", "md_table", "pair_spectrum_figure", "playground_grid", "predicted_vs_measured",
-    "reach_envelope", "recipe_menu", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
+    "recipe_menu", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
     "selection_explorer", "selection_curves", "adam_anatomy", "sweep_lines", "training_curves", "use_book_renderer",
     "accuracy_table",
 ]

@@ -50,7 +50,7 @@ def kernel_shapes(frames: Mapping[str, Mapping[str, np.ndarray]], offset: int, t
     """Carrier kernels on one scale, a slider over frames (e.g. seeds). Each curve is the best competitor of
     the target within reach: entry j is max over offsets j' <= j back (j' != K) of (c(-j') - c(-K)) divided by
     the in-window margin, so it is -1 at the edge of the training window and crosses 0 at the length where a
-    far offset first outscores the target (``reach_envelope`` computes it from a kernel).
+    far offset first outscores the target (``kernel.reach_envelope`` computes it from a kernel).
 
     frames: slider label -> curve name -> (n,) curve, entry j at j positions back (j = 0 unused).
     """
@@ -72,15 +72,6 @@ def kernel_shapes(frames: Mapping[str, Mapping[str, np.ndarray]], offset: int, t
     fig.add_vrect(x0=train_length - 0.5, x1=reach, fillcolor="#ffdd88", opacity=0.2, line_width=0)
     return finish(fig, title, "reach: positions back (log scale; shaded: never seen in training)",
                    "best competitor (target = 0, window edge = -1)", xaxis_type="log")
-
-
-def reach_envelope(kern: np.ndarray, offset: int, train_length: int) -> np.ndarray:
-    """(n,) the curve ``kernel_shapes`` draws from a kernel (n,) with entry j at delta = -j: the running maximum
-    over j' <= j, j' != K, of (c(-j') - c(-K)) / (c(-K) - the best other in-window offset)."""
-    rel = np.asarray(kern, dtype=np.float64) - kern[offset]
-    margin = -np.delete(rel[:train_length], offset).max()
-    rel[offset] = -np.inf
-    return np.maximum.accumulate(rel) / margin
 
 
 def pair_spectrum_figure(
