@@ -26,8 +26,10 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
+from . import fused
 from .config import Config
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
 from .model import Layout, Model, Output, log_likelihood_gradient
@@ -133,6 +135,7 @@ class TableStep(Layout):
         self._index = torch.empty(0)
         self._views_of: torch.Tensor | None = None  # the buffer _views belong to
         self._views_length, self._views = 0, {}
+        self._compiled_args: dict[tuple, tuple] = {}
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -168,15 +171,50 @@ class TableStep(Layout):
 
     no_autograd = True  # the training loop runs this gradient function in inference mode
 
+    @property
+    def compiled(self) -> bool:
+        """Whether a step on the CPU runs as one compiled call (``fused.table_step``: no MLP)."""
+        return not self.c.mlp
+
     def __call__(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The training loop's gradient function: tokens x (S, B, L) and targets (S, B, 1), int64, ->
         (mean log-likelihood of the targets (S,), correct predictions (S,) int64, gradient of the mean
-        cross-entropy (S, P) in the buffer's layout). Uses no autograd."""
+        cross-entropy (S, P) in the buffer's layout). Uses no autograd. On the CPU, a model without an MLP
+        takes the compiled step (``fused.table_step``: the same numbers up to float rounding), else the
+        torch operations of ``forward`` and ``backward``."""
+        if self.compiled and buf.device.type == "cpu":
+            return self._compiled_step(buf, x, target)
         logits, saved = self.forward(buf, x)
         loglik, g = log_likelihood_gradient(logits, target)
         correct = (logits.max(-1, keepdim=True).indices == target).sum((1, 2))  # the first maximum, as argmax
         return loglik, correct, self.backward(saved, g)
+
+    def _compiled_step(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``__call__`` as one call of ``fused.table_step`` (CPU, no MLP)."""
+        S, B, L = x.shape
+        key = (L, B, buf.dtype)
+        args = self._compiled_args.get(key)
+        if args is None:  # per length and batch: the table's case, its constants, scratch space
+            const = table_constants(self.enc, self.d, L, buf.dtype, buf.device)
+            kind = (fused.ROTATE if self.rotates else fused.ROWS if self.learned or self.fixed_rows
+                    else fused.NONE if const.bias is None else fused.BIAS)
+            dtype = buf.numpy().dtype
+            none2 = np.zeros((1, 1), dtype)
+            trig = none2 if const.trig is None else (const.trig * (1.0 / math.sqrt(self.d))).numpy()
+            rows = none2 if const.rows is None else const.rows[0].numpy()
+            bias = np.zeros(1, dtype) if const.bias is None else const.bias.numpy()
+            bits = np.empty(B * max(L, self.V), np.int32 if dtype == np.float32 else np.int64)
+            args = (kind, self.fixed_rows, self.c.residual, self.V, self.d, self.blocks["EP"][1][0], trig, rows, bias,
+                    fused.exp_constants(dtype), bits)
+            self._compiled_args = {key: args}
+        loglik = buf.new_empty(S)
+        correct = torch.empty(S, dtype=torch.int64)
+        grad = buf.new_empty(S, self.size)
+        fused.table_step(buf.numpy(), np.ascontiguousarray(x.numpy()), np.ascontiguousarray(target.numpy()[..., 0]),
+                         *args, loglik.numpy(), correct.numpy(), grad.numpy())
+        return loglik, correct, grad
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits (S, B, V) at the last query of tokens x (S, B, L), and what ``backward`` needs (the

@@ -4,11 +4,13 @@ itself is measured by benchmarks/, never asserted here. The optimiser is tested 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pytest
 import torch
 
-from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
+from lengthgen import ENCODINGS, Config, ConfigError, evaluate, fused, train
 from lengthgen.model import Model, log_likelihood
 from lengthgen.tables import TableStep, fast_forward
 from lengthgen.task import eval_tokens, generator, targets
@@ -168,14 +170,21 @@ def test_table_step_pack_and_views_round_trip() -> None:
         assert torch.equal(p[0], old[0]) and torch.equal(p[1, rows:], old[1, rows:]), name
 
 
-def test_one_layer_training_takes_the_hand_written_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(*args: object, **kwargs: object) -> None:
-        raise RuntimeError("TableStep.backward called")
+def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One layer on the CPU: the compiled step without an MLP, the hand-written backward with one; deeper
+    models through autograd."""
+    def broken(name: str) -> Callable[..., None]:
+        def call(*args: object, **kwargs: object) -> None:
+            raise RuntimeError(f"{name} called")
+        return call
 
-    monkeypatch.setattr(TableStep, "backward", broken)
-    with pytest.raises(RuntimeError, match="TableStep.backward called"):
+    monkeypatch.setattr(fused, "table_step", broken("fused.table_step"))
+    with pytest.raises(RuntimeError, match="fused.table_step called"):
         train(Config(steps=3), [0], progress=False)
-    train(Config(steps=3, layers=2), [0], progress=False)  # deeper models train through autograd
+    monkeypatch.setattr(TableStep, "backward", broken("TableStep.backward"))
+    with pytest.raises(RuntimeError, match="TableStep.backward called"):
+        train(Config(steps=3, mlp=True), [0], progress=False)
+    train(Config(steps=3, layers=2), [0], progress=False)
 
 
 @pytest.mark.parametrize("gradient", ["tables", "autograd"])

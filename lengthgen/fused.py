@@ -1,0 +1,384 @@
+"""The CPU engine of the table model's training step: forward, loss, backward (and the optimiser's Adam
+update) as compiled loops (numba), one call per step instead of some hundred torch operations.
+
+A step of the one-layer table model (``tables.TableStep``) at the book's sizes is latency-bound: a few
+million floating-point operations spread over ~110 tensor operations of a few microseconds each. This
+module computes the same numbers as ``TableStep.forward``, ``model.log_likelihood_gradient`` and
+``TableStep.backward`` in one compiled function over the members' rows of the (S, P) buffer (one member
+after another, each sequence in order: deterministic, and independent of any thread count). It covers the
+one-layer models without an MLP (RoPE, learned APE, sinusoidal, NoPE, ALiBi; with or without the
+residual), in float32 and float64; ``tables.TableStep`` uses it for those on the CPU and its torch
+operations elsewhere (a GPU, an MLP). tests/test_fused.py checks it against the torch step in float64.
+
+The functions are compiled on first use and cached on disk (numba's ``cache=True``: ``__pycache__``
+next to this file, or ``$NUMBA_CACHE_DIR``), so only the first run on a machine pays the compile.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# Reassociation and contraction let the compiler vectorise the sums; no assumption about NaN or inf
+# (the loss relies on log(0) = -inf where the other classes' probabilities underflow).
+FAST = {"reassoc", "contract", "nsz", "arcp"}
+
+# How the attention logit table is made (tables.TableStep's cases):
+ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
+ROWS = 1  # additive position rows (learned APE, sinusoidal): T[j, b, a] = k(b) . q(a) + (P_j Wk) . q(a)
+BIAS = 2  # ALiBi: T[j, b, a] = k(b) . q(a) + bias[j]
+NONE = 3  # NoPE: T[b, a] = k(b) . q(a)
+NB = 16  # sequences per block in the loss's loops
+
+
+def exp_constants(dtype: np.dtype) -> np.ndarray:
+    """The constants of ``_exp_neg`` in ``dtype``: log2(e), ln 2 split in a high part exact in small
+    multiples and a low part, the largest power of two taken off, and the Taylor coefficients 1/13!..1/0!."""
+    if np.dtype(dtype) == np.float32:
+        hi, lo, kmax = 0.693359375, -2.12194440e-4, 126.0
+    else:
+        hi, lo, kmax = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 1022.0
+    return np.array([1.0 / math.log(2), hi, lo, kmax] + [1.0 / math.factorial(k) for k in range(13, -1, -1)],
+                    dtype=dtype)
+
+
+@njit(cache=True, fastmath={"contract", "nsz", "arcp"})  # no reassociation: it would undo the split of ln 2
+def _exp_neg(a, c, bits):
+    """a <- exp(a) in place, for a <= 0 (1D contiguous; ``bits``: an integer scratch array as long, of the
+    float's width). exp(x) = 2^-u exp(r) with u = round(-x log2 e) and |r| <= ln(2)/2, exp(r) by its Taylor
+    series to 1/13! (below 1e-16 relative), 2^-u written as the float's bits: a vectorised loop, some
+    ten times faster than a libm call per entry, within 4e-7 (float32) / 1e-14 (float64) relative.
+    Below -kmax ln 2 (-87 in float32, -708 in float64) it returns 0; NaN stays NaN."""
+    log2e, hi, lo, kmax = c[0], c[1], c[2], c[3]
+    c13, c12, c11, c10, c9, c8, c7 = c[4], c[5], c[6], c[7], c[8], c[9], c[10]
+    c6, c5, c4, c3, c2, c1, c0 = c[11], c[12], c[13], c[14], c[15], c[16], c[17]
+    zero = c0 - c0
+    bias, shift = (127, 23) if bits.itemsize == 4 else (1023, 52)
+    lowest = -(kmax + c0) / log2e
+    for i in range(a.shape[0]):
+        x = a[i]
+        if x < lowest:  # -inf too (NaN compares false and stays NaN)
+            x = lowest
+        u = min(max(np.floor(c2 - x * log2e), zero), kmax + c0)
+        r = x + u * hi + u * lo
+        p = c13
+        p = p * r + c12
+        p = p * r + c11
+        p = p * r + c10
+        p = p * r + c9
+        p = p * r + c8
+        p = p * r + c7
+        p = p * r + c6
+        p = p * r + c5
+        p = p * r + c4
+        p = p * r + c3
+        p = p * r + c2
+        p = p * r + c1
+        a[i] = p * r + c0
+        bits[i] = (bias - int(u)) << shift  # 2^-u, or 0 (a zero exponent field) past kmax
+    scale = bits.view(a.dtype)
+    for i in range(a.shape[0]):
+        a[i] *= scale[i]
+
+
+@njit(cache=True, fastmath=FAST)
+def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits,
+               loglik, correct, grad):
+    """One training step's gradient for every member, written into ``loglik`` (S,), ``correct`` (S,) and
+    ``grad`` (S, P).
+
+    buf (S, P): the members' parameters in ``TableStep``'s layout (blocks EP (n_ep, d), W (d, 3d + V),
+    Wo (d, d)); x (S, B, L) int64 tokens; target (S, B) int64; kind: ROTATE / ROWS / BIAS / NONE;
+    fixed: the position rows are ``rows`` (L, d) (sinusoidal) rather than rows of EP (learned APE);
+    residual: the query's own input is added to the attention output. trig (L, d): (cos, sin) per
+    rotation pair at offset j - (L-1), scaled by 1/sqrt(d) (ROTATE); bias (L,) (BIAS); ec:
+    ``exp_constants``; bits: integer scratch of the float's width, B max(L, V) long.
+    The loss is the mean cross-entropy over the B sequences, computed as ``model.log_likelihood_gradient``.
+    """
+    S, B, L = x.shape
+    dt = buf.dtype
+    # 1, 1/sqrt(d) and 2^-LOW in the buffer's dtype
+    cst = np.array([1.0, 1.0 / math.sqrt(d), 2.0 ** -(60 if bits.itemsize == 4 else 600)]).astype(dt)
+    one, scale, low = cst[0], cst[1], cst[2]
+    zero = one - one
+    Y = 3 * d + V  # columns of W: [Wq | Wk | Wv | U]
+    has_rows = kind == ROWS
+    nr = L if has_rows else 0
+    nX = V + nr  # rows of X: tokens, then positions
+    at = V + L - 1  # the last position's row of X
+    VV = V * V
+    o_W, o_Wo = n_ep * d, n_ep * d + d * Y
+    X = np.empty((nX, d), dt)
+    A = np.empty((nX, Y), dt)
+    QT = np.empty((d, V), dt)
+    K = np.empty((nX, d), dt)
+    Av = np.empty((nX, d), dt)
+    U = np.empty((d, V), dt)
+    WoU = np.empty((d, V), dt)
+    Yv = np.empty((nX, V), dt)
+    nT = VV if kind == NONE else L * VV
+    T = np.empty(nT, dt)
+    gT = np.empty(nT, dt)
+    CD = np.empty((d, VV), dt)
+    gCD = np.empty((d, VV), dt)
+    TP = np.empty((nX, V), dt)
+    lg = np.empty((B, L), dt)  # attention logits, then weights
+    gat = np.empty(L, dt)
+    top = np.empty(max(V, NB), dt)
+    best = np.empty(NB, np.int64)
+    mass = np.empty((B, V), dt)  # attention on each token
+    yb = np.empty((B, V), dt)
+    E = np.empty((B, V), dt)
+    gM = np.empty((B, V), dt)
+    gP = np.empty((B, L), dt)
+    gYv = np.empty((nX, V), dt)
+    gR = np.empty((V, V), dt)
+    gQT = np.empty((d, V), dt)
+    gQ = np.empty((V, d), dt)
+    gA = np.empty((nX, Y), dt)
+    gX = np.empty((nX, d), dt)
+    gW = np.empty((d, Y), dt)
+    gWoU = np.empty((d, V), dt)
+    gU = np.empty((d, V), dt)
+    gWo = np.empty((d, d), dt)
+    for s in range(S):
+        p = buf[s]
+        W = p[o_W:o_Wo].reshape((d, Y))
+        Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
+        for r in range(V):
+            X[r] = p[r * d:(r + 1) * d]
+        for r in range(nr):
+            if fixed:
+                X[V + r] = rows[r]
+            else:
+                X[V + r] = p[(V + r) * d:(V + r + 1) * d]
+        np.dot(X, W, A)
+        for r in range(nX):
+            for k in range(d):
+                K[r, k] = A[r, d + k]
+                Av[r, k] = A[r, 2 * d + k]
+        for k in range(d):
+            for a in range(V):
+                QT[k, a] = A[a, k] + A[at, k] if has_rows else A[a, k]
+            for c in range(V):
+                U[k, c] = W[k, 3 * d + c]
+        np.dot(Wo, U, WoU)
+        np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
+        YvT, YvP = Yv[:V].copy(), Yv[V:].copy()
+        # the logit table, laid out T[j, b, a] (T[b, a] with no position)
+        if kind == ROTATE:
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                for b in range(V):
+                    ke, ko = K[b, e], K[b, o]
+                    for a in range(V):
+                        CD[e, b * V + a] = ke * QT[e, a] + ko * QT[o, a]
+                        CD[o, b * V + a] = ke * QT[o, a] - ko * QT[e, a]
+            np.dot(trig, CD, T.reshape((L, VV)))
+        else:
+            np.dot(K, QT, TP)
+            if kind == NONE:
+                for m in range(VV):
+                    T[m] = TP[m // V, m % V] * scale
+            else:
+                for j in range(L):
+                    for b in range(V):
+                        for a in range(V):
+                            T[j * VV + b * V + a] = (TP[b, a] + (TP[V + j, a] if has_rows else zero)) * scale + (
+                                zero if has_rows else bias[j])
+        # attention of the last query: a softmax over the sequence's table entries, shifted by the largest
+        # entry of the query token's column (no per-sequence maximum: the gathers, exponentials and sums
+        # then run as independent or vectorised loops); a sequence whose entries all lie far below that
+        # largest entry (their sum under 2^-LOW) is redone with its own maximum
+        xs, ts = x[s], target[s]
+        top[:] = -np.inf
+        for r in range(nT // V):
+            for a in range(V):
+                top[a] = max(top[a], T[r * V + a])
+        for i in range(B):
+            a = xs[i, L - 1]
+            for j in range(L):
+                lg[i, j] = (T[xs[i, j] * V + a] if kind == NONE else T[j * VV + xs[i, j] * V + a]) - top[a]
+        _exp_neg(lg.reshape(B * L), ec, bits)
+        mass[:] = 0
+        for i in range(B):
+            tot = zero
+            for j in range(L):
+                tot += lg[i, j]
+            if not tot >= low:  # far below the column's maximum: again with the sequence's own
+                a = xs[i, L - 1]
+                for j in range(L):
+                    lg[i, j] = T[xs[i, j] * V + a] if kind == NONE else T[j * VV + xs[i, j] * V + a]
+                m = lg[i].max()
+                for j in range(L):
+                    lg[i, j] -= m
+                _exp_neg(lg[i], ec, bits)
+                tot = zero
+                for j in range(L):
+                    tot += lg[i, j]
+            inv = one / tot
+            for j in range(L):
+                lg[i, j] *= inv
+            for j in range(L):
+                mass[i, xs[i, j]] += lg[i, j]
+        # logits: mass @ Yv[:V] + attn @ Yv[V:] + the query's own read-out R[a]
+        np.dot(mass, YvT, yb)
+        if has_rows:
+            yb += np.dot(lg, YvP)
+        if residual:
+            for i in range(B):
+                a = xs[i, L - 1]
+                for c in range(V):
+                    yb[i, c] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
+        # the loss (model.log_likelihood_gradient): -log p_t = log(1 + sum_(c != t) e^(y_c - y_t))
+        hits = 0
+        for i0 in range(0, B, NB):
+            nb = min(NB, B - i0)
+            for u in range(nb):
+                top[u] = yb[i0 + u, 0]
+                best[u] = 0
+            for c in range(1, V):
+                for u in range(nb):
+                    if yb[i0 + u, c] > top[u]:  # the first maximum, as argmax
+                        top[u] = yb[i0 + u, c]
+                        best[u] = c
+            for u in range(nb):
+                hits += best[u] == ts[i0 + u]
+                for c in range(V):
+                    E[i0 + u, c] = yb[i0 + u, c] - top[u]
+        correct[s] = hits
+        _exp_neg(E.reshape(B * V), ec, bits)
+        ll = zero
+        for i in range(B):
+            tg = ts[i]
+            sm = zero
+            for c in range(V):
+                sm += E[i, c]
+            others = sm - E[i, tg]
+            # log1p(others / E_t) is softplus(log others - log E_t); where E_t underflows, r itself
+            ll -= np.log1p(others / E[i, tg]) if E[i, tg] > 0 else np.log(others) - (yb[i, tg] - yb[i].max())
+            inv = one / (sm * B)
+            for c in range(V):
+                E[i, c] *= inv
+            E[i, tg] = -others * inv  # p_t - 1 as minus the others' probability: exact where p_t rounds to 1
+        loglik[s] = ll / B
+        g = E  # the gradient by the logits (B, V)
+        # backward through the logits to Yv, R and the attention
+        gYv[:V] = np.dot(mass.T, g)
+        if has_rows:
+            gYv[V:] = np.dot(lg.T, g)
+        gR[:] = 0
+        if residual:
+            for i in range(B):
+                a = xs[i, L - 1]
+                for c in range(V):
+                    gR[a, c] += g[i, c]
+        np.dot(g, YvT.T, gM)  # the gradient of a unit of attention on each token
+        if has_rows:
+            np.dot(g, YvP.T, gP)  # ... and on each position
+        # through the softmax to the table: gs = attn g_attn - attn sum(attn g_attn)
+        gT[:] = 0
+        for i in range(B):
+            a = xs[i, L - 1]
+            for j in range(L):
+                gat[j] = gM[i, xs[i, j]] + (gP[i, j] if has_rows else zero)
+            dot = zero
+            for j in range(L):
+                gat[j] *= lg[i, j]
+                dot += gat[j]
+            for j in range(L):
+                gat[j] -= lg[i, j] * dot
+            for j in range(L):
+                if kind == NONE:
+                    gT[xs[i, j] * V + a] += gat[j]
+                else:
+                    gT[j * VV + xs[i, j] * V + a] += gat[j]
+        # the table's gradient back to the queries (gA[:, :d]) and keys (gA[:, d:2d])
+        gA[:] = 0
+        if kind == ROTATE:
+            np.dot(trig.T, gT.reshape((L, VV)), gCD)
+            gQT[:] = 0
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                for b in range(V):
+                    ke, ko = K[b, e], K[b, o]
+                    se = zero
+                    so = zero
+                    for a in range(V):
+                        gc, gd = gCD[e, b * V + a], gCD[o, b * V + a]
+                        gQT[e, a] += gc * ke - gd * ko
+                        gQT[o, a] += gc * ko + gd * ke
+                        se += gc * QT[e, a] + gd * QT[o, a]
+                        so += gc * QT[o, a] - gd * QT[e, a]
+                    gA[b, d + e] = se
+                    gA[b, d + o] = so
+        else:
+            TP[:] = 0  # now the gradient by TP, scaled by 1/sqrt(d)
+            if kind == NONE:
+                for m in range(VV):
+                    TP[m // V, m % V] = gT[m] * scale
+            else:
+                for j in range(L):
+                    for b in range(V):
+                        for a in range(V):
+                            t = gT[j * VV + b * V + a] * scale
+                            TP[b, a] += t
+                            if has_rows:
+                                TP[V + j, a] += t
+            np.dot(TP.T, K, gQ)  # the queries' gradient (V, d)
+            for a in range(V):
+                for k in range(d):
+                    gQT[k, a] = gQ[a, k]
+            np.dot(TP, QT.T, gX)  # the keys' gradient (nX, d)
+            for r in range(nX):
+                for k in range(d):
+                    gA[r, d + k] = gX[r, k]
+        for a in range(V):
+            for k in range(d):
+                gA[a, k] = gQT[k, a]
+                if has_rows:  # the query is (E + P_(L-1)) Wq: its gradient also reaches the last position's row
+                    gA[at, k] += gQT[k, a]
+        # through Yv = Av @ WoU: gAv = gYv @ WoU.T, gWoU = Av.T @ gYv
+        np.dot(gYv, WoU.T, gX)
+        for r in range(nX):
+            for k in range(d):
+                gA[r, 2 * d + k] = gX[r, k]
+        np.dot(Av.T, gYv, gWoU)
+        if residual:  # R = X[:V] U (+ X[at] U): the read-out of the query's own input
+            for a in range(V):
+                for c in range(V):
+                    gA[a, 3 * d + c] = gR[a, c]
+                    if has_rows:
+                        gA[at, 3 * d + c] += gR[a, c]
+        G = grad[s]
+        np.dot(X.T, gA, gW)  # (d, Y)
+        np.dot(Wo.T, gWoU, gU)  # U also reaches the logits through WoU = Wo @ U
+        for k in range(d):
+            for c in range(V):
+                gW[k, 3 * d + c] += gU[k, c]
+        G[o_W:o_Wo] = gW.reshape(d * Y)
+        np.dot(gWoU, U.T, gWo)
+        G[o_Wo:o_Wo + d * d] = gWo.reshape(d * d)
+        np.dot(gA, W.T, gX)  # (nX, d)
+        G[:o_W] = 0  # sinusoidal rows are fixed; APE rows past L get no gradient
+        for r in range(V if fixed else nX):
+            G[r * d:(r + 1) * d] = gX[r]
+
+
+@njit(cache=True, fastmath=FAST)
+def adam_step(params, grad, m, v, lr, b1, b2, eps, t):
+    """Adam without weight decay, in place: params, grad, m, v (S, P); lr (S, 1); t the step number (>= 1).
+    The update of ``torch._fused_adamw_`` (bias corrections folded as torch folds them)."""
+    c = np.array([1 - b1, b2, 1 - b2, 1 / math.sqrt(1 - b2**t), eps]).astype(params.dtype)  # in the dtype
+    a1, b2_, a2, inv_c2, eps_ = c[0], c[1], c[2], c[3], c[4]
+    for s in range(params.shape[0]):
+        step = np.array([lr[s, 0] / (1 - b1**t)]).astype(params.dtype)[0]
+        p, g, ms, vs = params[s], grad[s], m[s], v[s]
+        for k in range(p.shape[0]):
+            gk = g[k]
+            mk = ms[k] + (gk - ms[k]) * a1
+            vk = vs[k] * b2_ + a2 * gk * gk
+            ms[k], vs[k] = mk, vk
+            p[k] -= step * mk / (math.sqrt(vk) * inv_c2 + eps_)

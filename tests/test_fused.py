@@ -1,0 +1,118 @@
+"""The compiled CPU step (lengthgen/fused.py) gives the torch table step's numbers: every gradient, the
+log-likelihood and the correct count for every encoding it covers (float64, to rounding), hundreds of
+training steps in float64, float32 within float rounding, and its exponential against numpy's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen import ENCODINGS, Config, fused, train
+from lengthgen.model import Model
+from lengthgen.recipes import SMALL_STEPS
+from lengthgen.tables import TableStep
+from lengthgen.task import TrainStream
+
+
+@pytest.fixture
+def torch_step(monkeypatch: pytest.MonkeyPatch):
+    """Within this fixture, TableStep takes its torch operations on the CPU too."""
+    monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
+
+
+def both_steps(c: Config, seeds: list[int], scale_queries: float = 1.0) -> tuple[tuple, tuple]:
+    """(loglik, correct, grad) of one step of the compiled and of the torch path on the same buffer and batch."""
+    model = Model(c, seeds)
+    step = TableStep(c, model.encoding, c.train_length)
+    buf = step.pack(model)
+    step.views(buf)["layers.0.wq"].mul_(scale_queries)
+    x = TrainStream(c, seeds).next()
+    offsets = torch.tensor([c.offset + (s % 2) for s in range(len(seeds))])  # members may differ in offset
+    target = x.gather(-1, (x.shape[-1] - 1 - offsets).view(-1, 1, 1).expand(len(seeds), x.shape[1], 1))
+    assert step.compiled
+    with torch.inference_mode():
+        compiled = step(buf, x, target)
+        saved_logits, saved = step.forward(buf, x)
+        from lengthgen.model import log_likelihood_gradient
+        loglik, g = log_likelihood_gradient(saved_logits, target)
+        correct = (saved_logits.max(-1, keepdim=True).indices == target).sum((1, 2))
+        plain = (loglik, correct, step.backward(saved, g))
+    return compiled, plain
+
+
+def assert_same(compiled: tuple, plain: tuple, tol: float) -> None:
+    (l1, c1, g1), (l2, c2, g2) = compiled, plain
+    assert torch.equal(c1, c2)
+    assert torch.allclose(l1, l2, rtol=tol, atol=0)
+    scale = g2.abs().amax(1, keepdim=True)
+    assert ((g1 - g2).abs() <= tol * scale).all(), float(((g1 - g2).abs() / scale).max())
+
+
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_compiled_step_matches_the_torch_step(encoding: str, residual: bool) -> None:
+    """float64: every gradient entry within 1e-12 of the largest of its member, loglik, correct counts equal."""
+    c = Config(encoding=encoding, residual=residual, dtype="float64", batch=48, max_length=128)
+    assert_same(*both_steps(c, [0, 1, 2]), 1e-12)
+
+
+@pytest.mark.parametrize("encoding", ["rope", "ape", "alibi"])
+def test_compiled_step_with_variable_lengths(encoding: str) -> None:
+    c = Config(encoding=encoding, dtype="float64", batch=32, min_train_length=9, train_length=20, max_length=64)
+    assert_same(*both_steps(c, [3, 4]), 1e-12)
+
+
+@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 1e-4)])
+def test_sequences_far_below_their_column_maximum(dtype: str, tol: float) -> None:
+    """Queries scaled up 300 times: attention logits spread over hundreds, so that some sequences lie far below
+    the largest entry of their query's column (the exponentials would underflow) and are redone with their
+    own maximum; the result is still the torch step's."""
+    c = Config(dtype=dtype, batch=64)
+    compiled, plain = both_steps(c, [0, 1], scale_queries=300.0)
+    assert_same(compiled, plain, tol)
+
+
+def test_float32_step_within_rounding() -> None:
+    c = Config(batch=256)
+    assert_same(*both_steps(c, [0, 1]), 1e-5)
+
+
+def test_hundreds_of_training_steps_like_the_torch_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """300 steps of the small-step recipe in float64, two seeds, different offsets: the compiled path ends
+    within 1e-10 of the torch path in every parameter and every loss of the history."""
+    c = SMALL_STEPS.apply(Config(dtype="float64")).replace(steps=300)
+    runs = [(c, 0), (c.replace(offset=3), 1)]
+    from lengthgen.train import train_runs
+    fast = train_runs(runs, progress=False)
+    monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
+    plain = train_runs(runs, progress=False)
+    for f, p in zip(fast, plain):
+        assert np.allclose(f.loss, p.loss, rtol=1e-10, atol=0)
+        assert np.array_equal(f.accuracy, p.accuracy)
+        for (name, a), b in zip(f.model.named_parameters(), p.model.parameters()):
+            assert torch.allclose(a, b, rtol=0, atol=1e-10), name
+
+
+def test_float32_training_within_rounding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """float32, 200 small steps: the losses agree to float32 rounding (relative 1e-4)."""
+    c = SMALL_STEPS.apply(Config()).replace(steps=200)
+    fast = train(c, [0], progress=False)
+    monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
+    plain = train(c, [0], progress=False)
+    assert np.allclose(fast.loss, plain.loss, rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 4e-7), (np.float64, 1e-14)])
+def test_exponential(dtype: type, tol: float) -> None:
+    """fused._exp_neg against numpy's exp for x <= 0, down to where it returns 0, and NaN."""
+    smallest = {np.float32: -87.0, np.float64: -708.0}[dtype]
+    x = np.concatenate([-np.geomspace(1e-12, -smallest, 5000), [0.0, -1e-30]]).astype(dtype)
+    bits = np.empty(len(x), np.int32 if dtype == np.float32 else np.int64)
+    y = x.copy()
+    fused._exp_neg(y, fused.exp_constants(dtype), bits)
+    ref = np.exp(x.astype(np.float64))
+    assert (np.abs(y - ref) <= tol * ref).all(), float((np.abs(y - ref) / ref).max())
+    far = np.array([smallest * 1.1, -np.inf, np.nan], dtype)
+    fused._exp_neg(far, fused.exp_constants(dtype), bits[:3])
+    assert far[0] == 0 and far[1] == 0 and np.isnan(far[2])
