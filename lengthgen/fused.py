@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 from numba import njit
 
 # Reassociation and contraction let the compiler vectorise the sums; no assumption about NaN or inf
@@ -367,18 +368,96 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
             G[r * d:(r + 1) * d] = gX[r]
 
 
-@njit(cache=True, fastmath=FAST)
-def adam_step(params, grad, m, v, lr, b1, b2, eps, t):
-    """Adam without weight decay, in place: params, grad, m, v (S, P); lr (S, 1); t the step number (>= 1).
-    The update of ``torch._fused_adamw_`` (bias corrections folded as torch folds them)."""
-    c = np.array([1 - b1, b2, 1 - b2, 1 / math.sqrt(1 - b2**t), eps]).astype(params.dtype)  # in the dtype
-    a1, b2_, a2, inv_c2, eps_ = c[0], c[1], c[2], c[3], c[4]
+@njit(cache=True, fastmath={"contract", "arcp"})
+def adam_step(params, grad, m, v, lr, decay, b1, b2, eps, t):
+    """One AdamW step in place, in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected
+    Adam step), in the parameters' dtype: params, grad, m, v (S, P); lr (S, 1); decay (S, P) per entry, or
+    (0, 0) for none; t >= 1."""
+    c = np.array([b1, 1 - b1, b2, 1 - b2, 1 / math.sqrt(1 - b2**t), eps]).astype(params.dtype)
+    beta1, rest1, beta2, rest2, root2, eps_ = c[0], c[1], c[2], c[3], c[4], c[5]
     for s in range(params.shape[0]):
-        step = np.array([lr[s, 0] / (1 - b1**t)]).astype(params.dtype)[0]
+        rates = np.array([lr[s, 0], lr[s, 0] / (1 - b1**t)]).astype(params.dtype)
+        rate, step = rates[0], rates[1]
         p, g, ms, vs = params[s], grad[s], m[s], v[s]
+        if decay.shape[0] > 0:
+            wd = decay[s]
+            for k in range(p.shape[0]):
+                p[k] -= rate * wd[k] * p[k]
         for k in range(p.shape[0]):
             gk = g[k]
-            mk = ms[k] + (gk - ms[k]) * a1
-            vk = vs[k] * b2_ + a2 * gk * gk
-            ms[k], vs[k] = mk, vk
-            p[k] -= step * mk / (math.sqrt(vk) * inv_c2 + eps_)
+            mk = ms[k] * beta1 + rest1 * gk
+            vk = vs[k] * beta2 + rest2 * (gk * gk)
+            ms[k] = mk
+            vs[k] = vk
+            p[k] -= step * mk / (np.sqrt(vk) * root2 + eps_)
+
+
+# torch's CPU generator (mt19937) as ``Generator.get_state`` lays it out: the number of words left + 1
+# (int32 at byte 8), the next word (uint64 at byte 16), the 624 words (uint64 each, from byte 24)
+_MT_STATE_BYTES, _MT_N, _MT_M = 5056, 624, 397
+# its constants as unsigned integers (numba turns a mix of signed and unsigned 64-bit integers into floats)
+_U = {name: np.uint64(v) for name, v in dict(upper=0x80000000, lower=0x7FFFFFFF, a=0x9908B0DF, b=0x9D2C5680,
+                                             c=0xEFC60000, zero=0, one=1, s11=11, s7=7, s15=15, s18=18).items()}
+_UPPER, _LOWER, _A, _B, _C, _ZERO, _ONE = (_U[k] for k in ("upper", "lower", "a", "b", "c", "zero", "one"))
+_S11, _S7, _S15, _S18 = (_U[k] for k in ("s11", "s7", "s15", "s18"))
+
+
+@njit(cache=True)
+def _mt_twist(u, v, w):
+    """mt19937's recurrence: w ^ twist(u, v)."""
+    return w ^ (((u & _UPPER) | (v & _LOWER)) >> _ONE) ^ ((_ZERO - (v & _ONE)) & _A)
+
+
+@njit(cache=True)
+def _mt_next(words):
+    """The next 624 words of mt19937 in place (torch's next_state), from the current 624 (uint64 holding 32
+    bits), in torch's order: three loops, each free of dependences shorter than a vector."""
+    for i in range(_MT_N - _MT_M):
+        words[i] = _mt_twist(words[i], words[i + 1], words[i + _MT_M])
+    for i in range(_MT_N - _MT_M, _MT_N - 1):
+        words[i] = _mt_twist(words[i], words[i + 1], words[i + _MT_M - _MT_N])
+    words[_MT_N - 1] = _mt_twist(words[_MT_N - 1], words[0], words[_MT_M - 1])
+
+
+@njit(cache=True)
+def _mt_randint(state, out, high):
+    """out <- the next len(out) draws of torch.randint(high, ...) from the generator state ``state`` (uint8,
+    ``Generator.get_state``'s layout), advanced in place: each draw is the next tempered mt19937 word modulo
+    high (the word's remainder by a float reciprocal and one correction, exact for words < 2^32)."""
+    words = state[24:24 + 8 * _MT_N].view(np.uint64)
+    left = np.int64(state[8:12].view(np.int32)[0])
+    at = np.int64(state[16:24].view(np.uint64)[0])
+    inv = 1.0 / high
+    k, n = 0, out.shape[0]
+    while k < n:
+        if left == 1:  # every word used: the next 624
+            _mt_next(words)
+            left, at = _MT_N + 1, 0
+        c = min(left - 1, n - k)
+        for i in range(c):
+            y = words[at + i]
+            y ^= y >> _S11
+            y ^= (y << _S7) & _B
+            y ^= (y << _S15) & _C
+            y ^= y >> _S18
+            q = np.int64(np.float64(y) * inv)
+            r = np.int64(y) - q * high
+            out[k + i] = r - high if r >= high else r
+        left -= c
+        at += c
+        k += c
+    state[8:12].view(np.int32)[0] = left
+    state[16:24].view(np.uint64)[0] = at
+
+
+def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.Tensor:
+    """``torch.randint(high, out.shape, generator=generator, out=out)``: the same numbers, and the generator
+    left in the same state, drawn by ``_mt_randint`` (several times faster) for a CPU generator and a
+    contiguous int64 ``out``; by torch otherwise."""
+    state = generator.get_state()
+    if (generator.device.type != "cpu" or state.numel() != _MT_STATE_BYTES or out.dtype != torch.int64
+            or not out.is_contiguous() or not 0 < high < 2**31):
+        return torch.randint(high, out.shape, generator=generator, out=out)
+    _mt_randint(state.numpy(), out.numpy().reshape(-1), high)
+    generator.set_state(state)
+    return out

@@ -26,27 +26,10 @@ from typing import Sequence
 
 import torch
 
+from . import fused
+
 RULES = ("adam", "gd", "ngd", "sign", "signum")
 GEOMETRY = {"gd": "l2", "ngd": "l2", "sign": "linf", "signum": "linf", "adam": "linf"}
-
-
-def fused_adam_available() -> bool:
-    """Whether this torch has the one-pass CPU Adam kernel ``torch._fused_adamw_`` (torch >= 2.4).
-
-    It is a private function: ``Optimizer`` uses it when present (it is several times faster than the
-    same update in separate operations) and falls back to public operations when it is not;
-    ``tests/test_optim.py`` says plainly when an installed torch lacks it.
-    """
-    try:
-        p, g, m, v = (torch.zeros(2) for _ in range(4))
-        torch._fused_adamw_([p], [g], [m], [v], [], [torch.tensor(1.0)], lr=0.1, beta1=0.9, beta2=0.999,
-                            weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False)
-        return True
-    except (AttributeError, RuntimeError, TypeError):
-        return False
-
-
-_FUSED_ADAM = fused_adam_available()
 
 
 class Optimizer:
@@ -54,11 +37,12 @@ class Optimizer:
 
     ``lr``: S step sizes; ``decay``: (S, P) weight decay per entry, or None; ``betas``: Adam's
     (b1, b2) (``signum`` uses b1 as its momentum); ``eps``: Adam's epsilon. ``t`` counts the steps
-    every member has taken (members that stop leave the buffer through ``keep``).
+    every member has taken (members that stop leave the buffer through ``keep``). ``compiled``: Adam on the
+    CPU takes one compiled pass (``fused.adam_step``, the same update as ``direction``, other rounding).
     """
 
     def __init__(self, rule: str, params: torch.Tensor, lr: Sequence[float], decay: torch.Tensor | None = None,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, fused: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, compiled: bool = True):
         if rule not in RULES:
             raise ValueError(f"unknown update rule {rule!r}; use one of {', '.join(RULES)}")
         if params.dim() != 2:
@@ -66,12 +50,11 @@ class Optimizer:
         if len(lr) != params.shape[0]:
             raise ValueError(f"{len(lr)} step sizes for {params.shape[0]} members")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
-        self.fused = fused and _FUSED_ADAM
+        self.compiled = compiled
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
         self.v = torch.zeros_like(params) if rule == "adam" else None
-        self._groups: list[tuple[float, list[int] | None]] | None = None  # see _lr_groups
 
     def keep(self, rows: torch.Tensor) -> None:
         """Keep only the members at ``rows`` (indices into the current buffer), in that order."""
@@ -83,7 +66,6 @@ class Optimizer:
             self.m = self.m.index_select(0, rows)
         if self.v is not None:
             self.v = self.v.index_select(0, rows)
-        self._groups = None
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -116,30 +98,13 @@ class Optimizer:
     @torch.no_grad()
     def step(self, grad: torch.Tensor) -> None:
         """One update of every member from ``grad`` (S, P), which it may overwrite."""
-        if self.rule == "adam" and self.decay is None and self.fused and self.params.device.type == "cpu":
-            self._fused_adam_step(grad)
+        if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
+            self.t += 1
+            decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
+            fused.adam_step(self.params.numpy(), grad.numpy(), self.m.numpy(), self.v.numpy(), self.lr.numpy(),
+                            decay.numpy(), *self.betas, self.eps, self.t)
             return
         update = self.direction(grad)
         if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
             update = update.addcmul(self.params, self.decay)
         self.params.sub_(update.mul_(self.lr))
-
-    def _lr_groups(self) -> list[tuple[float, list[int] | None]]:
-        """Each distinct step size and the rows holding it (None: every row), cached until ``keep``."""
-        if self._groups is None:
-            lrs = self.lr.view(-1).tolist()
-            self._groups = [(lr, None if all(x == lr for x in lrs) else [i for i, x in enumerate(lrs) if x == lr])
-                            for lr in dict.fromkeys(lrs)]
-        return self._groups
-
-    def _fused_adam_step(self, grad: torch.Tensor) -> None:
-        """Adam without weight decay through torch's one-pass kernel, once per distinct step size (the
-        same update as ``direction``, other rounding)."""
-        self.t += 1
-        step = torch.tensor(float(self.t))  # read by the kernel, not advanced
-        for lr, rows in self._lr_groups():
-            pick = (lambda t: [t]) if rows is None else (lambda t, rows=rows: [t[i] for i in rows])
-            torch._fused_adamw_(pick(self.params), pick(grad), pick(self.m), pick(self.v), [],
-                                [step] * (1 if rows is None else len(rows)),
-                                lr=lr, beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
-                                eps=self.eps, amsgrad=False, maximize=False)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .config import Config
+from .fused import randint_
 
 # Independent random streams, so that changing one use of randomness never shifts another.
 STREAM_INIT, STREAM_TRAIN, STREAM_EVAL, STREAM_LENGTHS = 0, 1, 2, 3
@@ -73,5 +74,5 @@ class TrainStream:
         """One batch per generator: tokens (len(gens), batch, length)."""
         tokens = torch.empty(len(gens), self.c.batch, length, dtype=torch.long)
         for out, g in zip(tokens, gens):
-            torch.randint(self.c.vocab, (self.c.batch, length), generator=g, out=out)  # = sample_tokens, in place
+            randint_(out, self.c.vocab, g)  # = sample_tokens, in place (torch.randint's numbers, drawn compiled)
         return tokens

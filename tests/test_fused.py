@@ -116,3 +116,16 @@ def test_exponential(dtype: type, tol: float) -> None:
     far = np.array([smallest * 1.1, -np.inf, np.nan], dtype)
     fused._exp_neg(far, fused.exp_constants(dtype), bits[:3])
     assert far[0] == 0 and far[1] == 0 and np.isnan(far[2])
+
+
+@pytest.mark.parametrize("high", [16, 10, 7, 64, 1000])
+def test_token_draws_are_torch_randint(high: int) -> None:
+    """fused.randint_ draws torch.randint's numbers and leaves the generator in torch's state, across many
+    refills of the generator's 624 words; a tensor it does not cover (not contiguous) goes to torch."""
+    ours, theirs = torch.Generator().manual_seed(high), torch.Generator().manual_seed(high)
+    for shape in [(256, 33), (1, 5), (3, 700), (256, 32)]:
+        drawn = fused.randint_(torch.empty(shape, dtype=torch.long), high, ours)
+        assert torch.equal(drawn, torch.randint(high, shape, generator=theirs))
+    assert torch.equal(ours.get_state(), theirs.get_state())
+    strided = torch.empty(8, 6, dtype=torch.long)[:, ::2]
+    assert torch.equal(fused.randint_(strided, high, ours), torch.randint(high, (8, 3), generator=theirs))

@@ -1,6 +1,6 @@
 """The one optimiser (lengthgen.optim): every update rule against a hand computation in float64, Adam and
-gradient descent against torch.optim, members leaving the buffer (``keep``), and the private torch kernel
-it relies on for speed."""
+gradient descent against torch.optim (Adam through its compiled pass and through torch operations), members
+leaving the buffer (``keep``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import optim
-from lengthgen.optim import RULES, Optimizer, fused_adam_available
+from lengthgen.optim import RULES, Optimizer
 from lengthgen.task import generator
 
 LR = [0.1, 0.03, 0.2]  # one step size per member
@@ -70,16 +69,15 @@ def test_every_rule_matches_a_hand_computation(rule: str, weight_decay: float) -
     assert opt.t == 4
 
 
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_adam_matches_torch_adamw(weight_decay: float, fused: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each member's row moves as torch.optim.AdamW moves it alone (float64), through torch's fused kernel
-    (without weight decay) or separate operations."""
-    monkeypatch.setattr(optim, "_FUSED_ADAM", fused and optim._FUSED_ADAM)
+def test_adam_matches_torch_adamw(weight_decay: float, compiled: bool) -> None:
+    """Each member's row moves as torch.optim.AdamW moves it alone (float64), through the compiled pass
+    (fused.adam_step) or separate torch operations."""
     grads = gradients(6)
     p0 = torch.randn(3, 7, generator=generator(13), dtype=torch.float64)
     decay = torch.full_like(p0, weight_decay)
-    ours = Optimizer("adam", p0.clone(), LR, decay if weight_decay else None)
+    ours = Optimizer("adam", p0.clone(), LR, decay if weight_decay else None, compiled=compiled)
     assert_steps_like_torch(ours, p0, grads, lambda row, lr: torch.optim.AdamW(
         [row], lr=lr, betas=(B1, B2), eps=EPS, weight_decay=weight_decay))
 
@@ -106,7 +104,7 @@ def test_gradient_descent_matches_torch_sgd() -> None:
     assert_steps_like_torch(ours, p0, grads, lambda row, lr: torch.optim.SGD([row], lr=lr, weight_decay=0.3))
 
 
-@pytest.mark.parametrize("decayed", [True, False])  # Adam without decay: torch's fused kernel
+@pytest.mark.parametrize("decayed", [True, False])
 @pytest.mark.parametrize("rule", RULES)
 def test_keep_drops_members_and_the_others_go_on_as_if_alone(rule: str, decayed: bool) -> None:
     """Members 0 and 2 of three, after member 1 leaves at step 2, end exactly where the two alone end;
@@ -126,7 +124,7 @@ def test_keep_drops_members_and_the_others_go_on_as_if_alone(rule: str, decayed:
 
 def test_adam_denominator_is_the_root_of_the_corrected_second_moment() -> None:
     g = gradients(1)[0]
-    opt = Optimizer("adam", torch.zeros(3, 7, dtype=torch.float64), LR, fused=False)
+    opt = Optimizer("adam", torch.zeros(3, 7, dtype=torch.float64), LR, compiled=False)
     with pytest.raises(ValueError, match="after a step"):
         opt.adam_denominator()
     opt.step(g.clone())
@@ -143,11 +141,3 @@ def test_bad_arguments_say_what_to_change() -> None:
     with pytest.raises(ValueError, match="3 step sizes for 2 members"):
         Optimizer("gd", torch.zeros(2, 4), LR)
 
-
-def test_the_installed_torch_has_the_fused_adam_kernel() -> None:
-    """optim uses the private torch._fused_adamw_ (torch >= 2.4) for Adam without weight decay; without it
-    Adam falls back to separate operations: the same numbers, several times slower."""
-    if not fused_adam_available():
-        pytest.fail(f"torch {torch.__version__} has no working torch._fused_adamw_ (the one-pass CPU Adam kernel): "
-                    "lengthgen.optim falls back to slower separate operations; install torch>=2.4,<2.14 "
-                    "(requirements.txt) or, if a newer torch renamed it, update optim.fused_adam_available")
