@@ -51,6 +51,7 @@ class Optimizer:
             raise ValueError(f"{len(lr)} step sizes for {params.shape[0]} members")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
         self.compiled = compiled
+        self._arrays: tuple | None = None  # numpy views of the state for the compiled pass, until ``keep``
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
@@ -66,6 +67,7 @@ class Optimizer:
             self.m = self.m.index_select(0, rows)
         if self.v is not None:
             self.v = self.v.index_select(0, rows)
+        self._arrays = None
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -100,9 +102,11 @@ class Optimizer:
         """One update of every member from ``grad`` (S, P), which it may overwrite."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
             self.t += 1
-            decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
-            fused.adam_step(self.params.numpy(), grad.numpy(), self.m.numpy(), self.v.numpy(), self.lr.numpy(),
-                            decay.numpy(), *self.betas, self.eps, self.t)
+            if self._arrays is None:
+                decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
+                self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
+            p, m, v, lr, decay = self._arrays
+            fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
             return
         update = self.direction(grad)
         if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
