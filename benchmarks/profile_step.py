@@ -1,10 +1,13 @@
-"""Where one training step's time goes: ``python -m benchmarks.profile_step [--dtype float64 --train-set 256]``.
+"""Where one training step's time goes: ``python -m benchmarks.profile_step [--dtype float64 --train-set 256]
+[--members 10 --batch 1024 --optimizer gd]``.
 
-Times each part of a step of the one-layer table model (the token draw, ``TableStep.forward``, the loss and
-its gradient, the count of correct predictions, ``TableStep.backward``, the optimiser) in process CPU
-seconds (a busy machine moves them far less than wall seconds), as medians of ``--repeats`` blocks of
-``--steps`` calls, one thread, on the small-step recipe's model by default; then the number of operations
-one gradient call dispatches (torch profiler, top-level operations only) and the most frequent ones.
+Times each part of a step of the one-layer table model in process CPU seconds (a busy machine moves them
+far less than wall seconds), as medians of ``--repeats`` blocks of ``--steps`` calls, one thread, on the
+small-step recipe's model by default: the token draw, the gradient call as training makes it on the CPU
+(one compiled call, ``fused.table_step``), the same gradient by the torch operations (``TableStep.forward``,
+the loss and its gradient, the count of correct predictions, ``TableStep.backward``: the path a GPU or an MLP
+takes), the optimiser, and the whole step; then the number of operations the torch path dispatches (torch
+profiler, top-level operations only) and the most frequent ones.
 """
 
 from __future__ import annotations
@@ -40,13 +43,15 @@ def cpu_us(run: Callable[[], object], calls: int, repeats: int) -> float:
     return statistics.median(per_call)
 
 
-def profile_step(c: Config, calls: int, repeats: int) -> dict:
-    """CPU microseconds per part of one step of ``c`` (one member, seed 0) and the operations it dispatches."""
-    model = Model(c, [0])
+def profile_step(c: Config, calls: int, repeats: int, members: int = 1) -> dict:
+    """CPU microseconds per part of one step of ``c`` (``members`` members, seeds 0, 1, ...) and the operations
+    the torch path dispatches."""
+    seeds = list(range(members))
+    model = Model(c, seeds)
     step = TableStep(c, model.encoding, c.train_length)
     buf = step.pack(model)
-    opt = Optimizer(c.optimizer, buf, [c.lr])
-    stream = TrainStream(c, [0])
+    opt = Optimizer(c.optimizer, buf, [c.lr] * members)
+    stream = TrainStream(c, seeds)
     x = stream.next()
     target = x[..., -1 - c.offset:x.shape[-1] - c.offset]
     with torch.inference_mode():
@@ -61,19 +66,21 @@ def profile_step(c: Config, calls: int, repeats: int) -> dict:
 
     parts = {
         "token draw": lambda: stream.next(),
-        "forward": lambda: step.forward(buf, x),
-        "loss and its gradient": lambda: log_likelihood_gradient(logits, target),
-        "correct predictions": lambda: (logits.max(-1, keepdim=True).indices == target).sum((1, 2)),
-        "backward": lambda: step.backward(saved, g),
+        "gradient call (compiled: fused.table_step)": lambda: step(buf, x, target),
+        "torch path: forward": lambda: step.forward(buf, x),
+        "torch path: loss and its gradient": lambda: log_likelihood_gradient(logits, target),
+        "torch path: correct predictions": lambda: (logits.max(-1, keepdim=True).indices == target).sum((1, 2)),
+        "torch path: backward": lambda: step.backward(saved, g),
         f"optimiser ({c.optimizer})": lambda: opt.step(grad.clone()),
         "whole step (draw, gradient, update)": whole,
     }
     torch.set_num_threads(1)
     out = {name: cpu_us(run, calls, repeats) for name, run in parts.items()}
     with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
-        step(buf, x, target)
+        logits, saved = step.forward(buf, x)
+        step.backward(saved, log_likelihood_gradient(logits, target)[1])
     top = [e.name for e in prof.events() if e.cpu_parent is None]
-    return {"cpu_us": out, "ops_per_gradient_call": len(top), "most_frequent_ops": Counter(top).most_common(12)}
+    return {"cpu_us": out, "ops_per_torch_gradient": len(top), "most_frequent_ops": Counter(top).most_common(12)}
 
 
 def main() -> None:
@@ -81,17 +88,21 @@ def main() -> None:
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--train-set", type=int, default=None, help="a fixed set of N sequences, full batch (batch = N)")
     p.add_argument("--optimizer", default=SMALL_STEPS.optimizer)
+    p.add_argument("--members", type=int, default=1, help="ensemble members (seeds 0, 1, ...)")
+    p.add_argument("--batch", type=int, default=None, help="sequences per step (default: the recipe's)")
     p.add_argument("--steps", type=int, default=500, help="calls per timed block")
     p.add_argument("--repeats", type=int, default=5, help="timed blocks (the median is reported)")
     a = p.parse_args()
     c = SMALL_STEPS.apply(Config()).replace(dtype=a.dtype, optimizer=a.optimizer)
+    if a.batch is not None:
+        c = c.replace(batch=a.batch)
     if a.train_set is not None:
         c = c.replace(train_set=a.train_set, batch=a.train_set)
-    r = profile_step(c, a.steps, a.repeats)
-    print(f"{c.recipe()}; {c.dtype}; one member, one thread; process CPU microseconds per call (median)")
+    r = profile_step(c, a.steps, a.repeats, a.members)
+    print(f"{c.recipe()}; {c.dtype}; {a.members} member(s), one thread; process CPU microseconds per call (median)")
     for name, us in r["cpu_us"].items():
-        print(f"  {name:<38} {us:8.1f}")
-    print(f"operations per gradient call: {r['ops_per_gradient_call']}; most frequent: {r['most_frequent_ops']}")
+        print(f"  {name:<46} {us:8.1f}")
+    print(f"operations per torch-path gradient: {r['ops_per_torch_gradient']}; most frequent: {r['most_frequent_ops']}")
 
 
 if __name__ == "__main__":
