@@ -425,7 +425,9 @@ def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | N
         if sweeps:
             report["sweeps"] = fill_sweeps(layout, quick, workers)
         stage(layout)
+        chapters_start = time.perf_counter()
         run_chapters(layout, quick, only, budgets, workers, cell_timeout, force, report)
+        report["chapters_wall"] = round(time.perf_counter() - chapters_start, 1)  # chapters run side by side
         report["complete"] = not only
     finally:  # an interrupted build still says what it did
         report["seconds"] = round(time.perf_counter() - start, 1)
@@ -433,8 +435,8 @@ def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | N
         path = write_timings(quick, chapter_seconds, layout, **extra)
     sweep_s = report["sweeps"]["seconds"] if report["sweeps"] else 0.0
     print(f"sweeps {sweep_s} s; chapters executed {len(report['executed'])} of {len(known)} in "
-          f"{sum(chapter_seconds[n] for n in report['executed']):.1f} s ({'quick' if quick else 'full'}); "
-          f"timings: {path}", flush=True)
+          f"{sum(chapter_seconds[n] for n in report['executed']):.1f} s, {report.get('chapters_wall', 0.0)} s of wall "
+          f"time on {max(workers, 1)} workers ({'quick' if quick else 'full'}); timings: {path}", flush=True)
     if html:
         metas = {nb: staged_meta(nb, layout) for nb in chapters(layout)}
         other = [nb.stem for nb, m in metas.items() if m.get("quick") is not quick]  # or not executed at all
