@@ -1,5 +1,5 @@
-"""The CPU engine of the table model's training step: forward, loss, backward (and the optimiser's Adam
-update) as compiled loops (numba), one call per step instead of some hundred torch operations.
+"""The CPU engine of training: the table model's step (forward, loss, backward), the Adam update and the
+token draws as compiled loops (numba), one call each per step instead of some hundred torch operations.
 
 A step of the one-layer table model (``tables.TableStep``) at the book's sizes is latency-bound: a few
 million floating-point operations spread over ~110 tensor operations of a few microseconds each. This
@@ -8,10 +8,13 @@ module computes the same numbers as ``TableStep.forward``, ``model.log_likelihoo
 after another, each sequence in order: deterministic, and independent of any thread count). It covers the
 one-layer models without an MLP (RoPE, learned APE, sinusoidal, NoPE, ALiBi; with or without the
 residual), in float32 and float64; ``tables.TableStep`` uses it for those on the CPU and its torch
-operations elsewhere (a GPU, an MLP). tests/test_fused.py checks it against the torch step in float64.
+operations elsewhere (a GPU, an MLP). ``adam_step`` is ``optim.Optimizer``'s Adam on the CPU; ``randint_``
+draws ``torch.randint``'s numbers from a torch generator's own state (``task.TrainStream``).
+tests/test_fused.py checks each against torch (the step in float64 to rounding, the draws bitwise).
 
 The functions are compiled on first use and cached on disk (numba's ``cache=True``: ``__pycache__``
-next to this file, or ``$NUMBA_CACHE_DIR``), so only the first run on a machine pays the compile.
+next to this file, or ``$NUMBA_CACHE_DIR``), so only the first run on a machine pays the compile (about
+half a minute for float32 and float64 together); a new process loads them in well under a second.
 """
 
 from __future__ import annotations
@@ -126,7 +129,8 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
     gCD = np.empty((d, VV), dt)
     TP = np.empty((nX, V), dt)
     lg = np.empty((B, L), dt)  # attention logits, then weights
-    gat = np.empty(L, dt)
+    at_ij = np.empty((B, L), np.int32)  # where key j of sequence i reads the table
+    jstep = 0 if kind == NONE else VV
     top = np.empty(max(V, NB), dt)
     best = np.empty(NB, np.int64)
     mass = np.empty((B, V), dt)  # attention on each token
@@ -201,7 +205,9 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
         for i in range(B):
             a = xs[i, L - 1]
             for j in range(L):
-                lg[i, j] = (T[xs[i, j] * V + a] if kind == NONE else T[j * VV + xs[i, j] * V + a]) - top[a]
+                at_ij[i, j] = j * jstep + xs[i, j] * V + a  # the table entry of key j
+            for j in range(L):
+                lg[i, j] = T[at_ij[i, j]] - top[a]
         _exp_neg(lg.reshape(B * L), ec, bits)
         mass[:] = 0
         for i in range(B):
@@ -209,9 +215,8 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
             for j in range(L):
                 tot += lg[i, j]
             if not tot >= low:  # far below the column's maximum: again with the sequence's own
-                a = xs[i, L - 1]
                 for j in range(L):
-                    lg[i, j] = T[xs[i, j] * V + a] if kind == NONE else T[j * VV + xs[i, j] * V + a]
+                    lg[i, j] = T[at_ij[i, j]]
                 m = lg[i].max()
                 for j in range(L):
                     lg[i, j] -= m
@@ -282,20 +287,15 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
         # through the softmax to the table: gs = attn g_attn - attn sum(attn g_attn)
         gT[:] = 0
         for i in range(B):
-            a = xs[i, L - 1]
+            dot = zero  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
+            for c in range(V):
+                dot += mass[i, c] * gM[i, c]
+            if has_rows:
+                for j in range(L):
+                    dot += lg[i, j] * gP[i, j]
             for j in range(L):
-                gat[j] = gM[i, xs[i, j]] + (gP[i, j] if has_rows else zero)
-            dot = zero
-            for j in range(L):
-                gat[j] *= lg[i, j]
-                dot += gat[j]
-            for j in range(L):
-                gat[j] -= lg[i, j] * dot
-            for j in range(L):
-                if kind == NONE:
-                    gT[xs[i, j] * V + a] += gat[j]
-                else:
-                    gT[j * VV + xs[i, j] * V + a] += gat[j]
+                t = gM[i, xs[i, j]] + (gP[i, j] if has_rows else zero)
+                gT[at_ij[i, j]] += lg[i, j] * t - lg[i, j] * dot
         # the table's gradient back to the queries (gA[:, :d]) and keys (gA[:, d:2d])
         gA[:] = 0
         if kind == ROTATE:
