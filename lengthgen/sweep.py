@@ -259,7 +259,7 @@ def job_cost(job: Job, lengths: Sequence[Sequence[int]], samples: int) -> float:
         deep = c.layers > 1
         steps = c.steps if c.target_accuracy is None else c.steps * (0.75 if deep else 0.25)
         step = 3e-4 * scale * (1 + 90 * (c.layers - 1))
-        evaluation = 6e-13 * samples * sum(L * L for L in ls) * c.dim if deep else 3e-9 * samples * sum(ls)
+        evaluation = 6e-10 * samples * sum(L * L for L in ls) * c.dim if deep else 2.5e-8 * samples * sum(ls)
         seconds += len(seeds) * (steps * step + evaluation)
     return seconds
 
