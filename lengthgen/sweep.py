@@ -250,16 +250,16 @@ def job_cost(job: Job, lengths: Sequence[Sequence[int]], samples: int) -> float:
     """Estimated CPU seconds of ``run_job`` (one thread), to run the longest jobs first.
 
     Per member and step 0.3 ms for a one-layer model at batch 256, V = 16, T = 32, scaled as measured by batch^(2/3),
-    V^0.8, T^0.5 and 90x per extra layer (autograd); an early stop is counted at a quarter of the budget (three
-    quarters with extra layers). Evaluation: negligible on the tables, O(samples L^2 d) per member otherwise.
+    V^0.8, T^0.5 and 90x per extra layer (autograd); an early stop is counted at a quarter of the budget (the
+    first fit stops after 30-100 of its 400 steps). Evaluation: small on the tables, O(samples L^2 d) per member
+    otherwise (there it is most of a two-layer job).
     """
     seconds = 0.0
     for (c, seeds), ls in zip(job, lengths):
         scale = (c.batch / 256) ** (2 / 3) * (c.vocab / 16) ** 0.8 * (c.train_length / 32) ** 0.5
-        deep = c.layers > 1
-        steps = c.steps if c.target_accuracy is None else c.steps * (0.75 if deep else 0.25)
+        steps = c.steps if c.target_accuracy is None else c.steps / 4
         step = 3e-4 * scale * (1 + 90 * (c.layers - 1))
-        evaluation = 6e-10 * samples * sum(L * L for L in ls) * c.dim if deep else 2.5e-8 * samples * sum(ls)
+        evaluation = 6e-10 * samples * sum(L * L for L in ls) * c.dim if c.layers > 1 else 2.5e-8 * samples * sum(ls)
         seconds += len(seeds) * (steps * step + evaluation)
     return seconds
 
