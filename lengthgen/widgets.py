@@ -5,8 +5,8 @@ whether or not a front end is attached (papermill runs it once with the default 
 page then shows the controls as a static snapshot next to that figure). In a live Jupyter kernel,
 releasing any control retrains with a progress bar (updated every ``PROGRESS_EVERY`` steps) and
 redraws the figure below the controls; at the book's defaults that takes well under a second in the
-first-fit recipe, and seconds to tens of seconds in a recipe with a fixed budget of thousands of steps, such
-as "small steps" (it grows with the seeds and with the machine's load; the progress bar shows how far it is).
+first-fit recipe, and about two seconds (README, Speed) in a recipe with a fixed budget of thousands of steps,
+such as "small steps" (it grows with the seeds and with the machine's load; the progress bar shows how far it is).
 """
 
 from __future__ import annotations
