@@ -97,9 +97,8 @@ class Optimizer:
         update = self.v.sqrt().div_(math.sqrt(1 - b2**self.t)).add_(self.eps)
         return torch.div(self.m, update, out=update).div_(1 - b1**self.t)
 
-    @torch.no_grad()
     def step(self, grad: torch.Tensor) -> None:
-        """One update of every member from ``grad`` (S, P), which it may overwrite."""
+        """One update of every member from ``grad`` (S, P), which it may overwrite (no autograd either way)."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
             self.t += 1
             if self._arrays is None:
@@ -108,7 +107,8 @@ class Optimizer:
             p, m, v, lr, decay = self._arrays
             fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
             return
-        update = self.direction(grad)
-        if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
-            update = update.addcmul(self.params, self.decay)
-        self.params.sub_(update.mul_(self.lr))
+        with torch.no_grad():
+            update = self.direction(grad)
+            if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
+                update = update.addcmul(self.params, self.decay)
+            self.params.sub_(update.mul_(self.lr))
