@@ -52,7 +52,7 @@ def exp_constants(dtype: np.dtype) -> np.ndarray:
 def _exp_neg(a, c, bits):
     """a <- exp(a) in place, for a <= 0 (1D contiguous; ``bits``: an integer scratch array as long, of the
     float's width). exp(x) = 2^-u exp(r) with u = round(-x log2 e) and |r| <= ln(2)/2, exp(r) by its Taylor
-    series to 1/13! (below 1e-16 relative), 2^-u written as the float's bits: a vectorised loop, some
+    series to 1/13! (below 1e-16 relative; to 1/7! in float32), 2^-u written as the float's bits: a vectorised loop, some
     ten times faster than a libm call per entry, within 4e-7 (float32) / 1e-14 (float64) relative.
     Below -kmax ln 2 (-87 in float32, -708 in float64) it returns 0; NaN stays NaN."""
     log2e, hi, lo, kmax = c[0], c[1], c[2], c[3]
@@ -67,13 +67,16 @@ def _exp_neg(a, c, bits):
             x = lowest
         u = min(max(np.floor(c2 - x * log2e), zero), kmax + c0)
         r = x + u * hi + u * lo
-        p = c13
-        p = p * r + c12
-        p = p * r + c11
-        p = p * r + c10
-        p = p * r + c9
-        p = p * r + c8
-        p = p * r + c7
+        if bits.itemsize == 4:  # float32: to 1/7! is enough (|r|^8 / 8! < 6e-9)
+            p = c7
+        else:
+            p = c13
+            p = p * r + c12
+            p = p * r + c11
+            p = p * r + c10
+            p = p * r + c9
+            p = p * r + c8
+            p = p * r + c7
         p = p * r + c6
         p = p * r + c5
         p = p * r + c4
