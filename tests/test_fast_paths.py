@@ -124,12 +124,19 @@ def test_trained_accuracy_is_the_same_on_both_paths() -> None:
     assert np.allclose(acc_fast, acc_plain, atol=0.02, rtol=0)
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("length", [32, 21])
 @pytest.mark.parametrize("mlp,residual", [(False, True), (False, False), (True, True), (True, False)])
 @pytest.mark.parametrize("encoding", ENCODINGS)
-def test_table_step_gradients_match_autograd(encoding: str, mlp: bool, residual: bool, length: int) -> None:
+def test_table_step_gradients_match_autograd(encoding: str, mlp: bool, residual: bool, length: int, compiled: bool,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """The hand-written backward of the training step: loss, correct count and the gradient of every
-    parameter equal autograd through the plain path (fp64), at the training length and below it."""
+    parameter equal autograd through the plain path (fp64), at the training length and below it; on the CPU
+    both by the compiled step (no MLP) and by the torch operations."""
+    if not compiled:
+        monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
+    elif mlp:
+        pytest.skip("with an MLP the step has no compiled path")
     c = Config(encoding=encoding, mlp=mlp, residual=residual, max_length=128)
     model = Model(c, SEEDS).double()
     tokens = torch.randint(c.vocab, (len(SEEDS), 24, length), generator=generator(3))
