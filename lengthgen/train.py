@@ -16,6 +16,7 @@ one-layer model, autograd through the reference ``Model.forward`` (``AutogradSte
 
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
+from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
 from .config import Config, ConfigError
@@ -39,19 +41,29 @@ def default_device() -> torch.device:
 
 @contextmanager
 def cpu_threads(device: torch.device, threads: int = 1) -> Iterator[None]:
-    """Run the block with ``threads`` intra-op CPU threads on the CPU, then restore the setting.
+    """Run the block with ``threads`` intra-op CPU threads on the CPU, then restore the setting: torch's,
+    and that of the BLAS library the compiled step's products call (numpy's OpenBLAS, which ignores torch's).
 
-    A training step is some fifty operations of microseconds each: splitting them over threads
+    A training step is a few small products and loops of microseconds each: splitting them over threads
     costs more hand-offs than it saves, and on a busy machine it is many times slower
-    (benchmarks/ measures it).
+    (benchmarks/ measures it). The numbers do not depend on the thread count.
     """
     before = torch.get_num_threads()
-    if device.type == "cpu":
-        torch.set_num_threads(threads)
-    try:
+    if device.type != "cpu":
         yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        with _blas().limit(limits=threads, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(before)
+
+
+@functools.cache
+def _blas() -> ThreadpoolController:
+    """The process's thread pools (found once: about a millisecond; a limit then costs microseconds)."""
+    return ThreadpoolController()
 
 
 # The token and position tables. With decay_scope="matrices" weight decay leaves them alone, so that
