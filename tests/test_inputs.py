@@ -5,16 +5,19 @@ playground widget alike (issue 12, item 4)."""
 from __future__ import annotations
 
 import json
+import importlib
 import math
-import time
 
 import pytest
+import torch
 
 from lengthgen import Config, ConfigError, evaluate, train
 from lengthgen.__main__ import main
 from lengthgen.config import (FLOAT_FIELDS, INT_FIELDS, MEMORY_ENV, check_memory, estimate_bytes, memory_limit,
                               memory_terms, parse_bytes)
 from lengthgen.sweep import grid_from_dict, load_grid
+
+train_module = importlib.import_module("lengthgen.train")  # the module (lengthgen.train is also the function)
 
 NAN, INF = float("nan"), float("inf")
 
@@ -86,12 +89,15 @@ def test_valid_numbers_still_pass() -> None:
 
 # ---- memory -------------------------------------------------------------------------------------
 
-def test_huge_vocabulary_is_refused_before_allocating() -> None:
-    start = time.perf_counter()
+def test_huge_vocabulary_is_refused_before_allocating(monkeypatch) -> None:
+    def no_tensor(*args, **kwargs):
+        raise AssertionError("the check must come before any tensor is made")
+
+    for make in ("empty", "zeros", "randn", "rand", "ones", "full"):
+        monkeypatch.setattr(torch, make, no_tensor)
     with pytest.raises(ConfigError, match="memory limit") as e:
         Config(vocab=100_000_000)
     message = one_line(e)
-    assert time.perf_counter() - start < 1.0, "the check must come before any tensor is made"
     assert "lower vocab" in message and "vocab x vocab x length" in message, message
 
 
@@ -178,14 +184,15 @@ def test_evaluation_length_too_long_for_memory(tiny) -> None:
         (["sweep", "sweeps/budget.json", "--workers", "-1"], "--workers -1"),
     ],
 )
-def test_cli_rejects_bad_input_at_once(argv: list[str], words: str, capsys) -> None:
-    start = time.perf_counter()
+def test_cli_rejects_bad_input_at_once(argv: list[str], words: str, capsys, monkeypatch) -> None:
+    def no_training(*args, **kwargs):
+        raise AssertionError(f"{argv} started training: check the input before training")
+
+    monkeypatch.setattr(train_module, "_train", no_training)  # every training path goes through the one loop
     assert main(argv) == 2
-    seconds = time.perf_counter() - start
     err = capsys.readouterr().err
     assert err.startswith("error:") and words in err, err
     assert err.count("\n") == 1 and "Traceback" not in err, f"one line, no traceback: {err!r}"
-    assert seconds < 2.0, f"{argv} took {seconds:.1f} s to fail: check before training"
 
 
 @pytest.mark.parametrize("argv", [["train", "--samples", "abc"], ["train", "--lr", "fast"]])
