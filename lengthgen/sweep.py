@@ -44,7 +44,6 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 import pandas as pd
 import torch
-from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from .cache import PACKAGE, Cache
@@ -270,19 +269,11 @@ def run_job(job: Job, lengths: list[list[int]], samples: int, eval_seed: int, re
     """Train every (config, seeds) of ``job`` as one ensemble, evaluate each config at its ``lengths``, and
     return one list of JSON-ready results (one per seed) per config.
 
-    Runs anywhere (this process, a pool worker, a Dask worker); ``threads`` sets torch's thread count there, and
-    that of numpy's BLAS, which the compiled step's products use (at V = 64 its second thread, fighting the other
-    worker, made a step up to 8x slower).
+    Runs anywhere (this process, a pool worker, a Dask worker); ``threads`` sets torch's thread count there
+    (training and evaluation run on one thread, BLAS included, whatever it is: ``train.cpu_threads``).
     """
-    with ExitStack() as stack:
-        if threads is not None:
-            torch.set_num_threads(threads)
-            stack.enter_context(threadpool_limits(threads, user_api="blas"))
-        return _run_job(job, lengths, samples, eval_seed, record)
-
-
-def _run_job(job: Job, lengths: list[list[int]], samples: int, eval_seed: int, record: Sequence[str]
-             ) -> list[list[dict]]:
+    if threads is not None:
+        torch.set_num_threads(threads)
     runs = [(c, s) for c, seeds in job for s in seeds]
     trained = train_runs(runs, progress=False)
     out = []
