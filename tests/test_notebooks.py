@@ -126,7 +126,7 @@ def test_playground_is_headless_and_says_what_to_change() -> None:
     assert len(fig.data) == 3  # seed dots, mean line, chance line
 
 
-def test_playground_redraws_fast_at_the_defaults() -> None:
+def test_playground_retrains_on_a_slider_change_at_the_defaults() -> None:
     """The callback a slider change triggers (train, evaluate, plot, display) at the chapter's full settings. How
     fast it is, is measured by ``make bench`` (its playground rows, against the baseline in the same run), not here."""
     pg = Playground(Config(), seeds=3, multiples=(1, 2, 4, 8), samples=500)
