@@ -200,3 +200,14 @@ def seed_contrast(accuracy: np.ndarray, target_weight: np.ndarray, weight_beyond
         out |= {f"{which}_acc": float(accuracy[s]), f"{which}_target_weight": float(target_weight[s]),
                 f"{which}_beyond_weight": float(weight_beyond[s]), f"{which}_beyond_argmax": float(argmax_beyond[s])}
     return out
+
+
+def last_query_profile(trained: Trained, length: int, samples: int, seed: int) -> np.ndarray:
+    """Mean attention weight of the last query (last layer) on each key position: (S, length) float32,
+    over ``samples`` held-out sequences of ``length`` drawn with ``seed`` (each row sums to 1)."""
+    check_samples(samples)
+    check_length(trained.config, length, members=trained.model.members, samples=samples)
+    total = torch.zeros(trained.model.members, length)
+    for _, out in forward_chunks(trained.model, eval_tokens(trained.config, length, samples, seed)):
+        total += out.attentions[-1][:, :, -1].sum(1).cpu()
+    return (total / samples).numpy().astype(np.float32)

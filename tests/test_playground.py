@@ -14,6 +14,7 @@ import pytest
 
 import lengthgen as lg
 from lengthgen import ConfigError, playground, plots, recipes
+from lengthgen.evaluate import last_query_profile
 from lengthgen.playground import PlaygroundGrid
 from lengthgen.widgets import Playground
 
@@ -54,7 +55,7 @@ def test_every_grid_point_equals_training_it_alone(tiny_grid: PlaygroundGrid) ->
         e = tiny_grid.encodings.index(enc)
         np.testing.assert_array_equal(tiny_grid.accuracy[r, t, k, e], acc)
         np.testing.assert_array_equal(tiny_grid.steps[r, t, k, e], alone.steps)
-        np.testing.assert_allclose(tiny_grid.profiles[T][r, k, e], playground.last_query_profile(alone, 2 * T, 12),
+        np.testing.assert_allclose(tiny_grid.profiles[T][r, k, e], last_query_profile(alone, 2 * T, 12, seed=playground.PROFILE_SEED),
                                    atol=1e-6)
         accuracy, profile = tiny_grid.pair(name, T, K)[enc]
         assert accuracy.shape == (2, 2) and profile.shape == (2, 2 * T)
