@@ -322,14 +322,18 @@ def sweep_throughput() -> dict:
 
 
 def full_book() -> dict | None:
-    """The last full-book build's chapter timings (``python -m lengthgen.book`` writes them), if present."""
+    """The last full-book build's timings (``python -m lengthgen.book`` writes them), if present: the wall seconds
+    of its sweep step and chapters together (``seconds``), each step's own, and whether every chapter ran. A
+    resumed build times only what it redid, so the row is the book's time only for a build from an empty cache."""
     path = ROOT / "_build" / "timings-full.json"
     if not path.exists():
         return None
-    timings = json.loads(path.read_text())["chapters"]  # chapter -> seconds (lengthgen.book.write_timings)
+    t = json.loads(path.read_text())  # lengthgen.book.build's report
     book = len(list((ROOT / "book").glob("*.ipynb")))  # every chapter is one notebook
-    return {"path": str(path.relative_to(ROOT)), "chapters": len(timings), "book_chapters": book,
-            "complete": len(timings) >= book, "seconds": round(sum(timings.values()), 1),
+    return {"path": str(path.relative_to(ROOT)), "chapters": len(t["chapters"]), "book_chapters": book,
+            "complete": bool(t.get("complete")) and len(t["chapters"]) >= book, "seconds": t["seconds"],
+            "sweeps": (t.get("sweeps") or {}).get("seconds", 0.0), "chapters_wall": t.get("chapters_wall"),
+            "workers": (t.get("sweeps") or {}).get("workers"),
             "written": datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="minutes")}
 
 
@@ -405,8 +409,9 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
     out.append(("full book (python -m lengthgen.book, full parameters; read, not built)", "< 30 min",
                 book is not None and book["complete"] and book["seconds"] < 1800,
                 "no _build/timings-full.json (not built)" if book is None else
-                f"{book['seconds']:.0f} s of papermill execution over {book['chapters']} of {book['book_chapters']} "
-                f"chapters{'' if book['complete'] else ' (a partial build)'}; file written {book['written']}"))
+                f"{book['seconds']:.0f} s wall (sweep step {book['sweeps']:.0f} s, chapters {book['chapters_wall']} s side "
+                f"by side) over {book['chapters']} of {book['book_chapters']} chapters"
+                f"{'' if book['complete'] else ' (a partial build)'}; file written {book['written']}"))
     return out
 
 
