@@ -1,7 +1,12 @@
 """The speed work on the table step keeps its numbers: what it caches per call (the lookup index of a fixed
-training set) gives bitwise the same gradient as computing it afresh, and is recomputed for new tokens."""
+training set) gives bitwise the same gradient as computing it afresh, and is recomputed for new tokens; and
+training runs every BLAS library on one thread."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -32,3 +37,23 @@ def test_cached_index_same_numbers_and_renewed(encoding: str) -> None:
     # new tokens after the cached ones: the index follows them (a stale index would give fixed's gradient)
     assert torch.equal(grad(cached, other), grad(TableStep(c, model.encoding, c.train_length), other))
     assert not torch.equal(grad(cached, other), first)
+
+
+def test_training_runs_every_blas_library_on_one_thread() -> None:
+    """The compiled step's products go through SciPy's OpenBLAS (numba's np.dot), a library that SciPy loads on
+    first use, after numpy's: the one-thread limit of ``train.cpu_threads`` must cover it too (left at two
+    threads it made some sizes 30-150x slower on a busy 2-core machine). Run in a fresh process, so that the
+    libraries load in the order a reader's session loads them."""
+    script = """
+import json, torch
+import lengthgen as lg
+from threadpoolctl import threadpool_info
+from lengthgen.train import cpu_threads
+lg.train(lg.Config(steps=2, target_accuracy=None), seeds=[0])  # the compiled step: loads SciPy's BLAS
+with cpu_threads(torch.device("cpu")):
+    print(json.dumps([(i["filepath"], i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    blas = json.loads(out.splitlines()[-1])
+    assert any("scipy.libs" in path for path, _ in blas), blas  # SciPy's own OpenBLAS is among them
+    assert all(n == 1 for _, n in blas), blas
