@@ -323,7 +323,7 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     if training:
         batch, f_act = c.batch, 2  # forward value and gradient
     else:
-        per_sequence = S * L if n == 1 else S * L * d
+        per_sequence = S * L if n == 1 else S * L * max(L, d)  # as evaluate.forward_chunks
         batch, f_act = min(int(samples), max(1, EVAL_CHUNK // per_sequence)), 1
         terms["held-out tokens (samples x length)"] = (int(samples) * L * I, ("samples", "the evaluation length"))
     what = "train_length" if training else "the evaluation length"
