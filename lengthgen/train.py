@@ -16,7 +16,9 @@ one-layer model, autograd through the reference ``Model.forward`` (``AutogradSte
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +34,29 @@ from .model import Layout, Model, log_likelihood
 from .optim import Optimizer
 from .tables import TableStep, applies
 from .task import TrainStream
+
+
+def steady_heap(threshold: int = 128 * 1024) -> bool:
+    """Fix glibc's mmap threshold (process-wide) so that buffers of ``threshold`` bytes or more always come
+    from mmap and go back to the system when freed. Returns whether it was set (glibc only).
+
+    glibc raises the threshold each time it frees a large mmapped block, after which the step's scratch
+    buffers (tokens, the compiled step's arrays: about 3 MB a step at batch 1024) come from the heap, between
+    the small history tensors the loop keeps; the heap then fragments and grows without bound. Measured: a
+    10-member, batch-1024 ensemble grew by about 0.2 GB a second (a 20,000-step sweep job reached 22 GB and
+    was killed); with the threshold fixed it stays flat, at the same speed.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # another C library (musl): it does not move its threshold
+        return False
+    m_mmap_threshold = -3  # glibc's M_MMAP_THRESHOLD
+    return bool(libc.mallopt(m_mmap_threshold, threshold))
+
+
+steady_heap()
 
 
 def default_device() -> torch.device:

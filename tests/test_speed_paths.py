@@ -57,3 +57,26 @@ with cpu_threads(torch.device("cpu")):
     blas = json.loads(out.splitlines()[-1])
     assert any("scipy.libs" in path for path, _ in blas), blas  # SciPy's own OpenBLAS is among them
     assert all(n == 1 for _, n in blas), blas
+
+
+def test_a_long_large_batch_run_does_not_grow_the_heap() -> None:
+    """A 10-member, batch-1024 ensemble once grew by about 0.2 GB a second (glibc's heap fragmenting around
+    the step's scratch buffers; ``train.steady_heap``): its memory after 1500 steps stays near where it was
+    after the first 100. Run in a fresh process, so that nothing else's memory counts."""
+    script = """
+from lengthgen import Config
+from lengthgen.train import train_runs
+def rss(): return int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) / 1e3
+seen = {}
+def on_step(step, acc):
+    if step in (100, 1499):
+        seen[step] = rss()
+c = Config(optimizer="gd", lr=0.1, batch=1024, steps=1500, target_accuracy=None)
+train_runs([(c, s) for s in range(10)], progress=False, on_step=on_step)
+print(seen[100], seen[1499])
+"""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc/self/status")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    first, last = map(float, out.split()[-2:])
+    assert last - first < 100, f"the heap grew from {first:.0f} MB to {last:.0f} MB over 1400 steps"
