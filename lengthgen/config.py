@@ -254,6 +254,14 @@ MEMORY_FRACTION = 0.8  # a run may use this share of the machine's memory
 MEMORY_ENV = "LENGTHGEN_MEMORY_LIMIT"  # bytes (e.g. 8e9, or 8G / 512M): overrides the limit
 
 
+def eval_chunk(members: int, length: int, dim: int, one_layer: bool, budget: int = EVAL_CHUNK) -> int:
+    """Sequences per evaluation chunk, so that the largest activation stays under ``budget`` elements: S*b*L on
+    the one-layer tables, else S*b*L*d, or the S*b*L*L attention once L > d (``evaluate.forward_chunks``; the
+    memory check counts the same)."""
+    per_sequence = members * length if one_layer else members * length * max(length, dim)
+    return max(1, budget // per_sequence)
+
+
 @functools.lru_cache(maxsize=1)
 def physical_memory() -> int | None:
     """Bytes of memory this process can use: the machine's RAM, or a smaller cgroup (container) limit."""
@@ -323,8 +331,7 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     if training:
         batch, f_act = c.batch, 2  # forward value and gradient
     else:
-        per_sequence = S * L if n == 1 else S * L * max(L, d)  # as evaluate.forward_chunks
-        batch, f_act = min(int(samples), max(1, EVAL_CHUNK // per_sequence)), 1
+        batch, f_act = min(int(samples), eval_chunk(S, L, d, one_layer=n == 1)), 1
         terms["held-out tokens (samples x length)"] = (int(samples) * L * I, ("samples", "the evaluation length"))
     what = "train_length" if training else "the evaluation length"
     rows = "batch" if training else "samples"

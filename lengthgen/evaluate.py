@@ -9,7 +9,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from .config import EVAL_CHUNK, EVAL_SAMPLES, check_length, check_samples
+from .config import EVAL_CHUNK, EVAL_SAMPLES, check_length, check_samples, eval_chunk
 from .model import Model, Output
 from .tables import applies, fast_forward
 from .task import eval_tokens, targets
@@ -17,17 +17,14 @@ from .train import Trained, cpu_threads
 
 
 def forward_chunks(model: Model, tokens: torch.Tensor, budget: int = EVAL_CHUNK) -> Iterator[tuple[torch.Tensor, Output]]:
-    """Run ``model`` on tokens (B, L) in chunks of sequences sized to keep the largest activation
-    (S*b*L floats on the table path; on the plain path S*b*L*d, or the S*b*L*L attention once L > d) under
-    ``budget``. Sized by the attention, a two-layer ensemble of 10 evaluated at L=512 holds about 0.1 GB per
-    tensor instead of 2 GB (one such job used 22 GB, more than a 24 GB machine had beside another worker).
+    """Run ``model`` on tokens (B, L) in chunks of sequences sized by ``config.eval_chunk`` to keep the largest
+    activation under ``budget`` elements (on the plain path the S*b*L*L attention once L > d: a two-layer ensemble
+    of 10 evaluated at L=512 holds about 0.1 GB per tensor instead of 2 GB).
 
     Yields (token chunk (b, L) on the model's device, model output for it). Runs on one CPU thread
     (``train.cpu_threads``), like training: faster here, and the same numbers on any machine.
     """
-    S, L = model.members, tokens.shape[-1]
-    per_sequence = S * L if applies(model) else S * L * max(L, model.config.dim)
-    chunk = max(1, budget // per_sequence)
+    chunk = eval_chunk(model.members, tokens.shape[-1], model.config.dim, applies(model), budget)
     device = model.embed.device
     with torch.no_grad(), cpu_threads(device):
         for start in range(0, tokens.shape[0], chunk):
