@@ -234,8 +234,9 @@ def plan(groups: Sequence[tuple[Config, tuple[int, ...]]]) -> list[Job]:
     into parts of at most ``SPLIT_MEMBERS`` runs (by whole groups, a group larger than that by seeds).
 
     Cutting changes no number: without weight decay a member's updates do not depend on the other members
-    (tests/test_sweep.py checks it bitwise). With weight decay in any member the whole ensemble takes the
-    separate-operation update instead of the fused Adam kernel (other rounding), so those ensembles stay as packed.
+    (tests/test_sweep.py checks it bitwise). Ensembles with weight decay stay as packed: they were packed so when
+    this rule was measured (then weight decay switched the whole ensemble to another Adam path, other rounding),
+    and cutting them has not been checked bitwise.
     """
     out: list[Job] = []
     for job in batches(groups):

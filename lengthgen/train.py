@@ -66,8 +66,9 @@ def default_device() -> torch.device:
 
 @contextmanager
 def cpu_threads(device: torch.device, threads: int = 1) -> Iterator[None]:
-    """Run the block with ``threads`` intra-op CPU threads on the CPU, then restore the setting: torch's,
-    and that of the BLAS library the compiled step's products call (numpy's OpenBLAS, which ignores torch's).
+    """Run the block with ``threads`` intra-op CPU threads on the CPU, then restore the setting: torch's, and
+    that of every BLAS library in the process (numpy's and SciPy's OpenBLAS, which ignore torch's; the compiled
+    step's products call SciPy's: ``_blas``).
 
     A training step is a few small products and loops of microseconds each: splitting them over threads
     costs more hand-offs than it saves, and on a busy machine it is many times slower
