@@ -290,3 +290,43 @@ def test_launch_check_catches_missing_buttons(context: BrowserContext, tmp_path:
         assert problems == []
     else:
         assert any(expected in p for p in problems), problems
+
+
+# What plotly.js draws from a trace, after defaults and the template: the attributes share_styles moves.
+_RESOLVED_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].map(gd => gd._fullData.map(t => ({
+    name: t.name, mode: t.mode, visible: t.visible, xaxis: t.xaxis, yaxis: t.yaxis, hovertemplate: t.hovertemplate,
+    line: [t.line?.color, t.line?.width, t.line?.dash], marker: [t.marker?.color, t.marker?.size, t.marker?.symbol],
+    error: t.error_y ? [t.error_y.visible, t.error_y.thickness, t.error_y.color, t.error_y.array] : null,
+    fill: [t.fill, t.fillcolor],
+    x: Array.from(t.x || []), y: Array.from(t.y || []), showlegend: t.showlegend})))"""
+
+
+def test_shared_styles_draw_the_same_figure(context: BrowserContext, tmp_path: Path) -> None:
+    """plotly.js resolves every trace of ``share_styles(fig)`` as it does ``fig``'s (names, modes, colours,
+    hover texts, subplot axes, error bars, data), on three repeats of three styled traces over two subplots and a
+    trace of another type that keeps its style (all shown: plotly.js resolves the style of shown traces only)."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2)
+    for i in range(3):
+        for j, (name, color) in enumerate((("kernel", "#1f77b4"), ("peaks", "black"))):
+            fig.add_trace(go.Scatter(y=[i, j, i + j], name=name, mode="lines" if j == 0 else "markers",
+                                     line=dict(color=color, width=1.5), marker=dict(symbol="x", size=8),
+                                     hovertemplate="%{x}: %{y}<extra>" + name + "</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=[1, 2], y=[0.5, i / 3], name="accuracy", line=dict(dash="dash"),
+                                 error_y=dict(type="data", array=[0.1, 0.2], thickness=1)), row=1, col=2)
+    fig.add_trace(go.Bar(x=[1, 2], y=[0.2, 0.4], name="alone", error_y=dict(array=[0.1, 0.2])), row=1, col=2)
+    shared = plots.share_styles(fig)
+    names = [t.name for t in shared.data]
+    assert names == [None] * 9 + ["alone"]  # the repeated styles moved to the template, the lone one stayed
+    shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", tmp_path)
+    divs = "".join(plots.BookHTML().to_mimebundle(f.to_dict())["text/html"] for f in (fig, shared))
+    (tmp_path / "page.html").write_text('<!doctype html><html><head><meta charset="utf-8">'
+                                        f'<script src="plotly.min.js"></script></head><body>{divs}</body></html>')
+    with serve(tmp_path) as base:
+        visit = open_page(context, f"{base}page.html", settle_ms=500)
+        try:
+            original, compact = visit.page.evaluate(_RESOLVED_JS)
+        finally:
+            visit.page.close()
+    assert len(original) == 10 and original == compact

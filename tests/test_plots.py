@@ -96,7 +96,8 @@ def public_figure_functions() -> set[str]:
 
 
 def test_every_figure_function_is_checked_here() -> None:
-    unchecked = public_figure_functions() - set(figures()) - {"slider_figure", "grid_controls"}  # any traces
+    any_traces = {"slider_figure", "grid_controls", "share_styles"}  # these take the traces they are given
+    unchecked = public_figure_functions() - set(figures()) - any_traces
     assert not unchecked, f"add {sorted(unchecked)} to figures() in tests/test_plots.py"
 
 
@@ -169,3 +170,87 @@ def test_grid_figure_outside_a_book_build_is_glued_without_dead_controls(monkeyp
     monkeypatch.setenv(BOOK_BUILD_ENV, "1")
     plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
     assert WIDGET not in glue.bundles["grid_test"] and "text/html" in glue.bundles["grid_test"]
+
+
+# Page weight (chapter 10's full-mode page was 243 KB against the browser test's 200 KB) -------------------------
+
+def styled_frames(n: int) -> dict[str, list[go.BaseTraceType]]:
+    """``n`` slider frames of the same two styled series (names, colours, hover texts), their data differing."""
+    return {f"f{i}": [go.Scatter(x=np.arange(4), y=np.full(4, i + j, np.float32), name=name, mode="lines+markers",
+                                 line=dict(color=color, width=2), hovertemplate="%{y}<extra>" + name + "</extra>",
+                                 error_y=dict(type="data", array=np.full(4, 0.5, np.float32), visible=True))
+                      for j, (name, color) in enumerate((("a", "red"), ("b", "blue")))] for i in range(n)}
+
+
+def test_share_styles_sends_each_repeated_style_once() -> None:
+    fig = plots.slider_figure(styled_frames(3), "s")
+    shared = plots.share_styles(fig)
+    template = shared.layout.template.data.scatter
+    assert [t.name for t in template] == ["a", "b"] and template[1].line.color == "blue"
+    assert template[0].error_y.visible and template[0].error_y.array is None  # the style, not the data
+    for before, after in zip(fig.data, shared.data):  # each trace keeps exactly its data and visibility
+        assert after.name is None and after.line.color is None and after.visible == before.visible
+        assert np.array_equal(after.y, before.y) and np.array_equal(after.error_y.array, before.error_y.array)
+    assert len(shared.to_json()) < len(fig.to_json()) and fig.data[0].name == "a"  # fig itself unchanged
+    # a figure whose styles do not repeat keeps them on its traces
+    plain = go.Figure([go.Scatter(y=[1, 2], name="a", error_y=dict(array=[0.1, 0.2], thickness=1)),
+                       go.Scatter(y=[2, 1], name="b")])
+    lone = plots.share_styles(plain)
+    assert [t.name for t in lone.data] == ["a", "b"] and lone.layout.template == plain.layout.template
+    assert lone.data[0].error_y.array == (0.1, 0.2) and lone.data[0].error_y.thickness == 1  # both halves kept
+
+
+def test_book_html_keeps_only_the_escape_that_guards_the_script() -> None:
+    """The figure JSON in the page writes "/" and ">" as themselves (6 bytes -> 1 each); "<" stays escaped, so
+    no "</script>" can close the element early, and the JSON values are the same."""
+    import json
+    import re
+
+    title = "a</script>b \\/ \\u002f >"  # a closing tag, an escaped-looking slash and a backslash before "/"
+    fig = go.Figure(go.Scatter(y=np.linspace(-3, 3, 64, dtype=np.float32)), layout=dict(title_text=title))
+    html = plots.BookHTML().to_mimebundle(fig.to_dict())["text/html"]
+    assert "</script>b" not in html and "\\u003c" in html and "\\u003e" not in html
+    payload = html[html.index("Plotly.newPlot(") + len("Plotly.newPlot("):]
+    decoder = json.JSONDecoder()
+    data, end = decoder.raw_decode(payload, payload.index("["))
+    layout, _ = decoder.raw_decode(payload, payload.index("{", end))
+    assert layout["title"]["text"] == title and data == json.loads(fig.to_json())["data"]
+    assert "\\u002f" in fig.to_json()  # plotly's own JSON escapes "/" (the data's base64 holds some)
+    assert not re.findall(r"(?<!\\)\\u002f", html)  # only the escapes after a backslash are left
+
+
+def full_size_explorer(seed: int = 0) -> dict:
+    """Chapter 10's explorer grid at its full-mode size (3 geometries x 4 offsets x 2 bases, kernels out to 8T with
+    T = 32, five peaks, five lengths), random values in place of the solved kernels."""
+    rng = np.random.default_rng(seed)
+    return {(g, K, b): {"kernel": 3 * rng.normal(size=256), "lengths": [32 * m for m in (1, 2, 4, 8, 16)],
+                        "peaks": [{"delta": -int(d), "value": float(v)} for d, v in
+                                  zip(rng.integers(32, 256, 5), rng.normal(size=5))],
+                        "accuracy": list(rng.random(5))}
+            for g in ("l2", "linf", "pairs") for K in (1, 2, 4, 8) for b in (100.0, 10000.0)}
+
+
+def page_bytes(fig: go.Figure, renderer: type = plots.BookHTML) -> int:
+    """What a figure adds to a book page: its HTML as the book renderer writes it."""
+    return len(renderer().to_mimebundle(fig.to_dict())["text/html"])
+
+
+def test_chapter_10_figures_stay_light_at_full_size() -> None:
+    """Chapter 10's three large figures at full-mode size from synthetic inputs, against bounds their HTML met
+    only once each style was sent once, the kernels went to int16 percent and "/" went unescaped (before: explorer
+    67.7 KB, ladder 30.2 KB, path 18.7 KB; after: 31.7, 21.6, 12.9)."""
+    plots.use_book_renderer()
+    rng = np.random.default_rng(0)
+    explorer = plots.selection_explorer(full_size_explorer(), 32)
+    steps = np.unique(np.round(np.geomspace(1, 100_000, 30)).astype(int))  # the ladder's log-spaced checkpoints
+    geos = ("l2", "linf", "pairs")
+    ladder = plots.selection_curves({f"rule {i}": SimpleNamespace(
+        rung="kernel", steps=steps, cosine={g: rng.random((2, len(steps))) for g in geos},
+        seed_to_seed=rng.random(len(steps)), random_level={g: 0.1 for g in geos}) for i in range(8)})
+    x = np.unique(np.round(np.geomspace(10, 4000, 12)))
+    path = plots.sweep_lines({f"rule {i}": {**{n: (x, rng.random(12), rng.random(12) / 10) for n in "abcd"},
+                                            "e": (x[[0, -1]], [0.2, 0.2], [0, 0])} for i in range(6)},
+                             "rule", "t", "x (u)", "y (u)", log_x=True)
+    sizes = {"explorer": page_bytes(explorer, plots.GridHTML), "ladder": page_bytes(ladder), "path": page_bytes(path)}
+    bounds = {"explorer": 36_000, "ladder": 24_000, "path": 14_500}
+    assert all(sizes[k] < bounds[k] for k in bounds), f"figure HTML bytes {sizes} over {bounds}"

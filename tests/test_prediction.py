@@ -138,13 +138,17 @@ def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
 
     grid = pr.explore([2, 4], [100.0], ["l2", "linf"], T, D, V, [T, 2 * T])
     fig = plots.selection_explorer(grid, T)
-    assert len(fig.data) == 1 + 3 * len(grid)
+    assert len(fig.data) == 3 * len(grid) and fig.layout.shapes[0].name == "training window"
     shown = [t for t in fig.data if t.visible]
-    assert len(shown) == 1 + 3  # the window and the first grid point
+    assert len(shown) == 3  # the first grid point (the window is a shape, shown throughout)
     assert fig.layout.meta["grid"]["labels"] == [["l2", "linf"], ["2", "4"], ["100"]]
-    # page weight: every curve and marker is float32 (offsets int16), the kernels on an implicit x axis
-    assert all(np.asarray(t.y).dtype == np.float32 for t in fig.data[1:])
-    assert all(t.x is None and t.dx == 1 for t in fig.data[1::3]) and fig.data[2].x.dtype == np.int16
+    # page weight: kernels and peaks in whole percent of the in-window margin (int16), the kernels on an implicit
+    # x axis, offsets int16, accuracy float32; the first point's kernel is l2's at K = 2 (geometry innermost)
+    kernels, peaks, accuracy = fig.data[0::3], fig.data[1::3], fig.data[2::3]
+    assert all(t.x is None and t.dx == 1 and t.y.dtype == np.int16 for t in kernels)
+    assert np.array_equal(kernels[0].y, np.round(100 * grid[("l2", 2, 100.0)]["kernel"]))
+    assert all(t.x.dtype == np.int16 and t.y.dtype == np.int16 for t in peaks)
+    assert all(t.y.dtype == np.float32 for t in accuracy)
     assert '"f8"' not in fig.to_json()
 
 

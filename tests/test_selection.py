@@ -172,7 +172,13 @@ def test_figures_of_the_rungs(kernel: sel.Rung) -> None:
 
     runs = {rule: sel.run(kernel, rule, 0.01, 20, checkpoints=4) for rule in ("ngd", "adam")}
     fig = plots.selection_curves(runs)
-    assert len(fig.data) == 2 * (3 + 1 + 3) and fig.layout.xaxis.type == "log" and "kernel" in fig.layout.title.text
+    assert len(fig.data) == 2 * (3 + 1) and fig.layout.xaxis.type == "log" and "kernel" in fig.layout.title.text
+    levels = runs["ngd"].random_level  # the rung's: drawn once, as dotted lines across the plot
+    assert [(s.y0, s.name) for s in fig.layout.shapes] == [(v, f"random direction vs {g} (mean |cos|)")
+                                                           for g, v in levels.items()]
+    with pytest.raises(ValueError, match="one rung"):
+        plots.selection_curves({"ngd": runs["ngd"], "other": sel.run(sel.kernel_rung(2, 4, 4), "ngd", 0.01, 20,
+                                                                    checkpoints=4)})
     anatomy = plots.adam_anatomy(runs["adam"])
     assert any("eps" in t.name for t in anatomy.data) and anatomy.layout.height
     with pytest.raises(ValueError, match="Adam"):

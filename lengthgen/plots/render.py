@@ -10,13 +10,16 @@ JupyterLab's plotly renderer, which then draws 360 px).
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from importlib import resources
 from typing import Mapping, Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
+from plotly.utils import PlotlyJSONEncoder
 
 COLORS = {"rope": "#1f77b4", "ape": "#d62728", "sinusoidal": "#2ca02c", "nope": "#7f7f7f", "alibi": "#9467bd"}
 LABELS = {"rope": "RoPE", "ape": "APE (learned)", "sinusoidal": "sinusoidal", "nope": "NoPE", "alibi": "ALiBi"}
@@ -139,8 +142,82 @@ def grid_controls(fig: go.Figure, owners: Sequence[Sequence[int]], dims: Sequenc
     return fig
 
 
+# What may change from one trace to the next of a figure that shares its styles (``share_styles``): the data and
+# its visibility. Everything else of a trace (type aside) is its style. "a.b" is key b inside a trace's key a.
+TRACE_DATA = ("x", "y", "x0", "dx", "y0", "dy", "z", "customdata", "text", "visible", "error_x.array",
+              "error_y.array")
+
+
+def _split_trace(trace: dict) -> tuple[dict, dict]:
+    """A trace's JSON (``to_plotly_json``) as (its type, data and visibility; its style)."""
+    data, style = {"type": trace["type"]}, {k: v for k, v in trace.items() if k not in ("type", "uid")}
+    for path in TRACE_DATA:
+        key, _, inner = path.partition(".")
+        if key not in style:
+            continue
+        if not inner:
+            data[key] = style.pop(key)
+        elif inner in style[key]:
+            part = dict(style[key])
+            data[key] = {inner: part.pop(inner)}
+            style[key] = part
+    return data, style
+
+
+def _join_trace(data: dict, style: dict) -> dict:
+    """What ``_split_trace`` split, joined again (a key in both, e.g. error_y, merges its two halves)."""
+    return {**style, **{k: {**style[k], **v} if isinstance(v, dict) and isinstance(style.get(k), dict) else v
+                        for k, v in data.items()}}
+
+
+def _own_marker_color(trace: dict) -> dict:
+    """``trace`` with its marker colour set to its line colour where it has none: plotly.js takes that default from
+    the trace's own line colour, not the template's, so it must travel with the style."""
+    color = (trace.get("line") or {}).get("color")
+    if color is not None and (trace.get("marker") or {}).get("color") is None:
+        trace = {**trace, "marker": {**(trace.get("marker") or {}), "color": color}}
+    return trace
+
+
+def share_styles(fig: go.Figure) -> go.Figure:
+    """The same figure with each repeated trace style sent once (page weight).
+
+    Where the traces of one type repeat their styles with a period p (a slider's frames, a grid's points, each
+    drawn with the same names, colours, modes and hover texts), the first p styles become the template's
+    traces of that type, which plotly.js applies to the traces of that type cyclically (the i-th gets the
+    (i mod p)-th), and each trace keeps only its data and visibility (``TRACE_DATA``). A type whose styles
+    do not repeat keeps them on its traces. Returns a new figure; ``fig`` is unchanged.
+    """
+    layout = go.Layout(fig.layout)
+    split = [_split_trace(_own_marker_color(t.to_plotly_json())) for t in fig.data]
+    keep = [False] * len(split)  # traces that keep their own style
+    for kind in dict.fromkeys(t.type for t in fig.data):
+        mine = [i for i, (d, _) in enumerate(split) if d["type"] == kind]
+        keys = [json.dumps(split[i][1], cls=PlotlyJSONEncoder, sort_keys=True) for i in mine]
+        period = next(p for p in range(1, len(keys) + 1) if all(k == keys[j % p] for j, k in enumerate(keys)))
+        if period == len(keys):
+            for i in mine:
+                keep[i] = True
+            continue
+        layout.template.data[kind] = [{"type": kind, **split[i][1]} for i in mine[:period]]
+    traces = [_join_trace(data, style) if own else data for (data, style), own in zip(split, keep)]
+    return go.Figure(data=traces, layout=layout)
+
+
+# plotly's HTML escapes "/" and ">" in a figure's JSON as \u002f and \u003e (6 bytes each), though only "<" can
+# close the script ("</script>", and "<" stays escaped); float32 arrays in base64 are about 4% "/". An escape
+# right after a backslash is left alone: that backslash may be the second half of an escaped backslash.
+_HARMLESS_ESCAPES = re.compile(r"(?<!\\)\\u00(2f|3e)")
+
+
+def _unescape_harmless(html: str) -> str:
+    """``html`` with the escaped "/" and ">" of its figure JSON written as themselves (the same JSON values)."""
+    return _HARMLESS_ESCAPES.sub(lambda m: "/" if m.group(1) == "2f" else ">", html)
+
+
 class BookHTML(MimetypeRenderer):
-    """A figure as an HTML div without plotly.js (the book page loads plotly.js once) and no autoplay."""
+    """A figure as an HTML div without plotly.js (the book page loads plotly.js once) and no autoplay; the JSON
+    without the escapes it does not need (``_unescape_harmless``)."""
 
     post_script: str | None = None
 
@@ -150,7 +227,7 @@ class BookHTML(MimetypeRenderer):
             fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False, auto_play=False,
             default_height=f"{height}px", validate=False, post_script=self.post_script,
         )
-        return {"text/html": html}
+        return {"text/html": _unescape_harmless(html)}
 
 
 class GridHTML(BookHTML):

@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import plotly.graph_objects as go
 
-from .render import CHANCE_STYLE, COLORS, HEIGHT, LABELS, finish, slider_figure
+from .render import CHANCE_STYLE, COLORS, HEIGHT, LABELS, finish, share_styles, slider_figure
 
 Series = Mapping[str, tuple[Sequence[float], Sequence[float], Sequence[float]]]  # name -> (x (n,), mean (n,), sem (n,))
 
@@ -33,7 +33,8 @@ def sweep_lines(frames: Mapping[str, Series], label: str, title: str, x_title: s
     """Mean ± standard error over seeds against a swept setting, one line per series, a slider over frames.
 
     frames: slider label -> series name -> (x (n,), mean (n,), sem (n,)); one frame gives no slider.
-    ``chance`` draws the 1/V line. Series named after an encoding take its colour and label.
+    ``chance`` draws the 1/V line. Series named after an encoding take its colour and label. Frames that repeat
+    their series send each style once (``share_styles``; page weight).
     """
     panels = {}
     for name, series in frames.items():
@@ -44,7 +45,8 @@ def sweep_lines(frames: Mapping[str, Series], label: str, title: str, x_title: s
                                      name=f"chance (1/V = {chance:.3f})", line=CHANCE_STYLE))
         panels[name] = traces
     fig = slider_figure(panels, label)
-    return finish(fig, title, x_title, y_title, xaxis_type="log" if log_x else "linear", yaxis_range=y_range)
+    return share_styles(finish(fig, title, x_title, y_title, xaxis_type="log" if log_x else "linear",
+                               yaxis_range=y_range))
 
 
 def predicted_vs_measured(predicted: Sequence[float | None], measured: Sequence[float | None],
