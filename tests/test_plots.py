@@ -202,11 +202,13 @@ def test_share_styles_sends_each_repeated_style_once() -> None:
 
 def test_book_html_keeps_only_the_escape_that_guards_the_script() -> None:
     """The figure JSON in the page writes "/" and ">" as themselves (6 bytes -> 1 each); "<" stays escaped, so
-    no "</script>" can close the element early, and the JSON values are the same."""
+    no "</script>" can close the element early, and the JSON values are the same; plotly's indentation around the
+    JSON is gone."""
     import json
     import re
 
-    title = "a</script>b \\/ \\u002f >"  # a closing tag, an escaped-looking slash and a backslash before "/"
+    title = "a</script>b \\/ \\u002f >  \n   end"  # a closing tag, an escaped-looking slash, a backslash before "/",
+    # and whitespace that must stay as it is (it is in the JSON, unlike plotly's indentation around it)
     fig = go.Figure(go.Scatter(y=np.linspace(-3, 3, 64, dtype=np.float32)), layout=dict(title_text=title))
     html = plots.BookHTML().to_mimebundle(fig.to_dict())["text/html"]
     assert "</script>b" not in html and "\\u003c" in html and "\\u003e" not in html
@@ -216,6 +218,8 @@ def test_book_html_keeps_only_the_escape_that_guards_the_script() -> None:
     layout, _ = decoder.raw_decode(payload, payload.index("{", end))
     assert layout["title"]["text"] == title and data == json.loads(fig.to_json())["data"]
     assert "\\u002f" in fig.to_json()  # plotly's own JSON escapes "/" (the data's base64 holds some)
+    around = html[:html.index("[{")] + html[html.index('{"responsive"'):]  # plotly's HTML and script
+    assert "  " not in around and "  \\n   end" in html  # no indentation left; the JSON's whitespace kept
     assert not re.findall(r"(?<!\\)\\u002f", html)  # only the escapes after a backslash are left
 
 

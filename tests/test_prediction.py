@@ -142,14 +142,16 @@ def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
     shown = [t for t in fig.data if t.visible]
     assert len(shown) == 3  # the first grid point (the window is a shape, shown throughout)
     assert fig.layout.meta["grid"]["labels"] == [["l2", "linf"], ["2", "4"], ["100"]]
-    # page weight: kernels and peaks in whole percent of the in-window margin (int16), the kernels on an implicit
-    # x axis, offsets int16, accuracy float32; the first point's kernel is l2's at K = 2 (geometry innermost)
+    # page weight: kernels and peaks in whole percent of the in-window margin (the kernels int16 on plotly's
+    # implicit x axis), the few peaks and accuracies as short lists; the first point is l2's at K = 2 (geometry
+    # innermost)
     kernels, peaks, accuracy = fig.data[0::3], fig.data[1::3], fig.data[2::3]
-    assert all(t.x is None and t.dx == 1 and t.y.dtype == np.int16 for t in kernels)
-    assert np.array_equal(kernels[0].y, np.round(100 * grid[("l2", 2, 100.0)]["kernel"]))
-    assert all(t.x.dtype == np.int16 and t.y.dtype == np.int16 for t in peaks)
-    assert all(t.y.dtype == np.float32 for t in accuracy)
-    assert '"f8"' not in fig.to_json()
+    first = grid[("l2", 2, 100.0)]
+    assert all(t.x is None and t.x0 is None and t.y.dtype == np.int16 for t in kernels)
+    assert np.array_equal(kernels[0].y, np.round(100 * first["kernel"]))
+    assert list(peaks[0].y) == [round(100 * p["value"]) for p in first["peaks"]]
+    assert list(accuracy[0].y) == [round(float(a), 3) for a in first["accuracy"]]
+    assert '"f8"' not in fig.to_json() and '"f4"' not in fig.to_json()
 
 
 # What chapter 10 reads from the paths, the prediction table and the weight-decay runs ---------------------------

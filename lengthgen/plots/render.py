@@ -170,13 +170,13 @@ def _join_trace(data: dict, style: dict) -> dict:
                         for k, v in data.items()}}
 
 
-def _own_marker_color(trace: dict) -> dict:
-    """``trace`` with its marker colour set to its line colour where it has none: plotly.js takes that default from
-    the trace's own line colour, not the template's, so it must travel with the style."""
-    color = (trace.get("line") or {}).get("color")
-    if color is not None and (trace.get("marker") or {}).get("color") is None:
-        trace = {**trace, "marker": {**(trace.get("marker") or {}), "color": color}}
-    return trace
+def _own_marker_color(style: dict) -> dict:
+    """A trace ``style`` with its marker colour set to its line colour where it has none: plotly.js takes that
+    default from the trace's own line colour, not from its template's, so a template trace must state it."""
+    color = (style.get("line") or {}).get("color")
+    if color is not None and (style.get("marker") or {}).get("color") is None:
+        style = {**style, "marker": {**(style.get("marker") or {}), "color": color}}
+    return style
 
 
 def share_styles(fig: go.Figure) -> go.Figure:
@@ -189,7 +189,7 @@ def share_styles(fig: go.Figure) -> go.Figure:
     do not repeat keeps them on its traces. Returns a new figure; ``fig`` is unchanged.
     """
     layout = go.Layout(fig.layout)
-    split = [_split_trace(_own_marker_color(t.to_plotly_json())) for t in fig.data]
+    split = [_split_trace(t.to_plotly_json()) for t in fig.data]
     keep = [False] * len(split)  # traces that keep their own style
     for kind in dict.fromkeys(t.type for t in fig.data):
         mine = [i for i, (d, _) in enumerate(split) if d["type"] == kind]
@@ -199,7 +199,7 @@ def share_styles(fig: go.Figure) -> go.Figure:
             for i in mine:
                 keep[i] = True
             continue
-        layout.template.data[kind] = [{"type": kind, **split[i][1]} for i in mine[:period]]
+        layout.template.data[kind] = [{"type": kind, **_own_marker_color(split[i][1])} for i in mine[:period]]
     traces = [_join_trace(data, style) if own else data for (data, style), own in zip(split, keep)]
     return go.Figure(data=traces, layout=layout)
 
@@ -215,9 +215,33 @@ def _unescape_harmless(html: str) -> str:
     return _HARMLESS_ESCAPES.sub(lambda m: "/" if m.group(1) == "2f" else ">", html)
 
 
+def _squeeze_indentation(html: str) -> str:
+    """``html`` (``pio.to_html``'s div) without the indentation of plotly's HTML and script around the figure's
+    JSON: a run of whitespace becomes one space, or one newline where it held one (so no statement of the script
+    runs into the next). The JSON arguments of ``Plotly.newPlot`` (div id, data, layout, config), whose strings
+    may hold any whitespace, are kept as they are."""
+    start = html.find("Plotly.newPlot(")
+    if start < 0:
+        return html
+    decoder, spans, pos = json.JSONDecoder(), [], start + len("Plotly.newPlot(")
+    for _ in range(4):
+        while html[pos] in " \t\r\n,":
+            pos += 1
+        _, end = decoder.raw_decode(html, pos)
+        spans.append((pos, end))
+        pos = end
+    squeeze = lambda text: re.sub(r"\s+", lambda m: "\n" if "\n" in m.group() else " ", text)  # noqa: E731
+    out, last = [], 0
+    for a, b in spans:
+        out += [squeeze(html[last:a]), html[a:b]]
+        last = b
+    return "".join(out) + squeeze(html[last:])
+
+
 class BookHTML(MimetypeRenderer):
     """A figure as an HTML div without plotly.js (the book page loads plotly.js once) and no autoplay; the JSON
-    without the escapes it does not need (``_unescape_harmless``)."""
+    without the escapes it does not need (``_unescape_harmless``), the rest without its indentation
+    (``_squeeze_indentation``)."""
 
     post_script: str | None = None
 
@@ -227,7 +251,7 @@ class BookHTML(MimetypeRenderer):
             fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False, auto_play=False,
             default_height=f"{height}px", validate=False, post_script=self.post_script,
         )
-        return {"text/html": _unescape_harmless(html)}
+        return {"text/html": _unescape_harmless(_squeeze_indentation(html))}
 
 
 class GridHTML(BookHTML):

@@ -24,9 +24,10 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
     the geometry and the base, a slider the offset (``grid_controls``; render with ``glue_grid_figure``).
 
     explore[(g, K, base)]: "kernel" (m,) c at delta = 0, -1, ..., -(m-1); "peaks" list of {"delta", "value"};
-    "lengths" (n,) and "accuracy" (n,). Page weight: the kernels and peaks in whole percent (int16: the
-    hover's precision, 0.01 margin), the kernels on an implicit x axis (x0, dx); offsets int16, accuracy float32;
-    the training window a shape; each style sent once (``share_styles``: the traces go point by point, geometry
+    "lengths" (n,) and "accuracy" (n,). Page weight: the kernels and peaks in whole percent of the margin (the
+    hover's precision, 0.01 margin), the kernels int16 on plotly's implicit x axis; the few peaks and accuracies
+    as JSON lists (shorter than base64 below about eight values), accuracy to the hover's 3 decimals; the
+    training window a shape; each style sent once (``share_styles``: the traces go point by point, geometry
     innermost, so their styles repeat).
     """
     from plotly.subplots import make_subplots
@@ -50,16 +51,16 @@ def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_len
         e = explore[(g, K, b)]
         owner = (geos.index(g), offsets.index(K), bases.index(b))
         color = GEOMETRY_COLORS.get(g, "#444")
-        fig.add_trace(go.Scatter(x0=0, dx=1, y=kernels[(g, K, b)], mode="lines",
+        fig.add_trace(go.Scatter(y=kernels[(g, K, b)], mode="lines",  # x: plotly's implicit 0, 1, 2, ...
                                  line=dict(color=color, width=1.5), name=f"c(delta), {g}",
                                  hovertemplate="%{x} back: %{y}%<extra></extra>"), row=1, col=1)
         peaks = e["peaks"]
-        fig.add_trace(go.Scatter(x=np.array([-p["delta"] for p in peaks], dtype=np.int16),
-                                 y=_percent([p["value"] for p in peaks]), mode="markers",
+        fig.add_trace(go.Scatter(x=[-int(p["delta"]) for p in peaks],
+                                 y=_percent([p["value"] for p in peaks]).tolist(), mode="markers",
                                  marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
                                  hovertemplate="%{x} back: %{y}%<extra>peak</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=(np.asarray(e["lengths"]) / train_length).astype(np.float32),
-                                 y=np.asarray(e["accuracy"], dtype=np.float32),
+        fig.add_trace(go.Scatter(x=[round(L / train_length, 3) for L in e["lengths"]],
+                                 y=[round(float(a), 3) for a in e["accuracy"]],
                                  mode="lines+markers", line=dict(color=color, width=2), name=f"predicted accuracy, {g}",
                                  hovertemplate="%{x}x: %{y:.3f}<extra></extra>"), row=1, col=2)
         owners += [owner] * 3
