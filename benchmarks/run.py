@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import itertools
 import json
 import os
 import platform
@@ -183,19 +184,31 @@ def ensemble_step(repeats: int, members: int = 10, batch: int = 1024, steps: int
     return {"members": members, "batch": batch, "steps": steps, **{k: v / steps for k, v in t.items()}}
 
 
-def playground_time(c: Config, repeats: int) -> dict:
-    """A slider change in lengthgen.widgets.Playground: retrain (2 seeds), evaluate, redraw (output captured)."""
+def playground_time(c: Config, repeats: int, seeds: int = 2) -> dict:
+    """A slider move in lengthgen.widgets.Playground at ``c``: retrain ``seeds`` seeds, evaluate, redraw (output
+    captured). The offset slider moves between K + 1 and K (one untimed move first pays first-call costs), with
+    the seeds' members on ``train.run_threads()`` threads and, alternated with it, on one ($LENGTHGEN_THREADS=1)."""
     from lengthgen.widgets import Playground
 
-    pg = Playground(c)
-    lengths = iter([c.train_length + 4 * (i + 1) for i in range(repeats)])
+    pg = Playground(c, seeds=seeds)
+    moves = iter(itertools.cycle([c.offset + 1, c.offset]))
 
     def drag() -> None:
         with contextlib.redirect_stdout(io.StringIO()):
-            pg.train_length.value = next(lengths)
+            pg.offset.value = next(moves)
 
-    return {"what": "Playground slider callback (train, evaluate, figure via lengthgen.plots)", "seeds": pg.seeds.value,
-            "steps": c.steps, **timed(drag, repeats)[0]}
+    def one_thread() -> None:
+        before = os.environ.get(train_module.THREADS_ENV)
+        os.environ[train_module.THREADS_ENV] = "1"
+        try:
+            drag()
+        finally:
+            os.environ.pop(train_module.THREADS_ENV) if before is None else os.environ.update({train_module.THREADS_ENV: before})
+
+    drag()
+    threaded, single = paired(drag, one_thread, repeats)
+    return {"what": "Playground slider callback (train, evaluate, figure via lengthgen.plots)", "seeds": seeds,
+            "steps": c.steps, "threads": train_module.run_threads(), **threaded, "one_thread": single}
 
 
 def time_to_99(c: Config, repeats: int) -> dict:
@@ -368,9 +381,10 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
          + "; ms/step " + ", ".join(f"{n} thr: ours {v['ours']['wall'] * 1e3:.2f} baseline {v['baseline']['wall'] * 1e3:.1f}"
                                     for n, v in vs["per_step_by_threads"].items())),
         (f"playground retrain, small steps ({pgs['steps']} steps, {pgs['seeds']} seeds, evaluate, figure)", "<= 1 s",
-         pgs["wall"] <= 1, f"{pgs['wall']:.1f} s (cpu {pgs['cpu']:.1f})"),
+         pgs["wall"] <= 1, f"{pgs['wall']:.2f} s (cpu {pgs['cpu']:.2f}), members on {pgs['threads']} threads; on one "
+         f"thread {pgs['one_thread']['wall']:.2f} s (cpu {pgs['one_thread']['cpu']:.2f})"),
         ("playground retrain, first fit (Config())", "<= 1 s", pg["wall"] <= 1,
-         f"{pg['wall']:.3f} s (cpu {pg['cpu']:.3f}; {pg['seeds']} seeds)"),
+         f"{pg['wall']:.3f} s (cpu {pg['cpu']:.3f}; {pg['seeds']} seeds); on one thread {pg['one_thread']['wall']:.3f} s"),
     ]
     lr_ = r["long_runs"]
     for rule, v in lr_["rules"].items():
@@ -437,7 +451,7 @@ def main() -> None:
              ("vs_baseline", lambda: vs_baseline(small, r["headline"], default_threads)),
              ("small_steps_model", lambda: small_steps_model(small, a.repeats, r["vs_baseline"])),
              ("ensemble_step", lambda: ensemble_step(a.repeats)),
-             ("playground_small_steps", lambda: playground_time(small, 1)),
+             ("playground_small_steps", lambda: playground_time(small, a.repeats)),
              ("playground", lambda: playground_time(c, a.repeats)),
              ("long_runs", lambda: long_runs(a.repeats)),
              ("sweep", (lambda: {}) if a.no_sweep else sweep_throughput),

@@ -50,6 +50,7 @@ from .config import ConfigError
 from .plots import BOOK_BUILD_ENV
 from .site import VENDOR, vendor
 from .sweep import SWEEPS, load_grid, run_grids, run_key
+from .train import THREADS_ENV
 
 if TYPE_CHECKING:
     from .sweep import Grid
@@ -366,6 +367,8 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
             print(f"{name}: up to date ({meta['seconds']} s when executed)", flush=True)
             continue
         todo.append((nb, missing_for(nb, quick, layout)))
+    if workers > 1:  # chapters side by side: each trains an ensemble's members on one thread (train.run_threads)
+        os.environ.setdefault(THREADS_ENV, "1")
     before = previous_seconds(layout, quick)
     todo.sort(key=lambda t: -before.get(t[0].stem, report["budgets"][t[0].stem]) if workers > 1 else 0)
     order = {nb.stem: i for i, nb in enumerate(chapters(layout))}

@@ -25,9 +25,12 @@ import numpy as np
 import torch
 from numba import njit
 
-# Reassociation and contraction let the compiler vectorise the sums; no assumption about NaN or inf
-# (the loss relies on log(0) = -inf where the other classes' probabilities underflow).
-FAST = {"reassoc", "contract", "nsz", "arcp"}
+# Contraction (fused multiply-adds) and reciprocals; no assumption about NaN or inf (the loss relies on log(0) =
+# -inf where the other classes' probabilities underflow), and no reassociation: with it the order of a sum
+# depended on where LLVM inlined the step, and ``train_steps`` loaded from numba's cache gave other float32
+# numbers than the same function just compiled (measured; tests/test_stretches.py checks both agree). Without
+# it a stretch of the small-step recipe ran as fast.
+FAST = {"contract", "nsz", "arcp"}
 
 # How the attention logit table is made (tables.TableStep's cases):
 ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
@@ -90,7 +93,7 @@ def _exp_neg(a, c, bits):
         a[i] *= scale[i]
 
 
-@njit(cache=True, fastmath=FAST)
+@njit(cache=True, fastmath=FAST, nogil=True)
 def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits,
                loglik, correct, grad):
     """One training step's gradient for every member, written into ``loglik`` (S,), ``correct`` (S,) and
@@ -371,7 +374,7 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
             G[r * d:(r + 1) * d] = gX[r]
 
 
-@njit(cache=True, fastmath={"contract", "arcp"})
+@njit(cache=True, fastmath={"contract", "arcp"}, nogil=True)
 def adam_step(params, grad, m, v, lr, decay, b1, b2, eps, t):
     """One AdamW step in place, in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected
     Adam step), in the parameters' dtype: params, grad, m, v (S, P); lr (S, 1); decay (S, P) per entry, or
@@ -464,3 +467,44 @@ def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.
     _mt_randint(state.numpy(), out.numpy().reshape(-1), high)
     generator.set_state(state)
     return out
+
+
+def mt_state(generator: torch.Generator) -> np.ndarray | None:
+    """The generator's state as ``_mt_randint`` reads it (uint8, ``Generator.get_state``'s layout, a copy), or
+    None where it cannot (not torch's CPU mt19937 layout)."""
+    state = generator.get_state()
+    if generator.device.type != "cpu" or state.numel() != _MT_STATE_BYTES:
+        return None
+    return state.numpy()
+
+
+@njit(cache=True, nogil=True)
+def draw_steps(states, xs, high):
+    """xs (k, S, B, L) <- k steps of batches: member s's tokens of each step drawn from its mt19937 state
+    ``states[s]`` (advanced in place), as ``_mt_randint``."""
+    k, S, B, L = xs.shape
+    for i in range(k):
+        for s in range(S):
+            _mt_randint(states[s], xs[i, s].reshape(B * L), high)
+
+
+@njit(cache=True, nogil=True)
+def train_steps(n, buf, offsets, xs, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits,
+                m, v, lr, decay, b1, b2, eps, t0, loglik, correct, grad, loglik_out, correct_out):
+    """``n`` whole training steps of ``table_step`` and ``adam_step`` in one call, with no Python between them
+    (and without the GIL). Step k trains on the batches xs[k % len(xs)] (S, B, L): n batches drawn before
+    (``draw_steps``), or one fixed training set. Each step reads the targets ``offsets[s]`` positions before
+    the last, takes the gradient and the AdamW step number t0 + 1, ..., t0 + n, and writes its mean
+    log-likelihoods into loglik_out[k] and correct predictions into correct_out[k] ((n, S) each). The same
+    numbers as the same steps taken one call at a time."""
+    _, S, B, L = xs.shape
+    for k in range(n):
+        x = xs[k % xs.shape[0]]
+        for s in range(S):
+            for i in range(B):
+                target[s, i] = x[s, i, L - 1 - offsets[s]]
+        table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct,
+                   grad)
+        adam_step(buf, grad, m, v, lr, decay, b1, b2, eps, t0 + k + 1)
+        loglik_out[k] = loglik
+        correct_out[k] = correct

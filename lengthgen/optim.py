@@ -69,6 +69,14 @@ class Optimizer:
             self.v = self.v.index_select(0, rows)
         self._arrays = None
 
+    def arrays(self) -> tuple:
+        """Numpy views of Adam's state on the CPU for the compiled pass: params, m, v (S, P), lr (S, 1), decay
+        (S, P) or (0, 0) for none (made once until ``keep``)."""
+        if self._arrays is None:
+            decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
+            self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
+        return self._arrays
+
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
         if self.v is None or self.t == 0:
@@ -101,10 +109,7 @@ class Optimizer:
         """One update of every member from ``grad`` (S, P), which it may overwrite (no autograd either way)."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
             self.t += 1
-            if self._arrays is None:
-                decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
-                self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
-            p, m, v, lr, decay = self._arrays
+            p, m, v, lr, decay = self.arrays()
             fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
             return
         with torch.no_grad():

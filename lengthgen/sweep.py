@@ -35,6 +35,7 @@ import hashlib
 import itertools
 import json
 import multiprocessing
+import os
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ from .cache import PACKAGE, Cache
 from .config import Config, ConfigError, check_length
 from .kernel import predicted_failure_length, target_margin
 from .pinning import measure_lengths
-from .train import Trained, shape_key, train_runs
+from .train import THREADS_ENV, Trained, shape_key, train_runs
 
 GRID_KEYS = ("name", "description", "base", "product", "recipes", "variants", "seeds", "eval", "record", "quick")
 EXTRAS = ("kernel", "argmax", "pinning")
@@ -271,10 +272,12 @@ def run_job(job: Job, lengths: list[list[int]], samples: int, eval_seed: int, re
     return one list of JSON-ready results (one per seed) per config.
 
     Runs anywhere (this process, a pool worker, a Dask worker); ``threads`` sets torch's thread count there
-    (training and evaluation run on one thread, BLAS included, whatever it is: ``train.cpu_threads``).
+    (training and evaluation run on one thread, BLAS included, whatever it is: ``train.cpu_threads``) and the
+    threads an ensemble's members are split over (``train.run_threads``; in a worker process of its own).
     """
     if threads is not None:
         torch.set_num_threads(threads)
+        os.environ[THREADS_ENV] = str(threads)  # and the members of an ensemble (train.run_threads)
     runs = [(c, s) for c, seeds in job for s in seeds]
     trained = train_runs(runs, progress=False)
     out = []

@@ -23,6 +23,7 @@ loop's gradient function.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import math
 from typing import NamedTuple
 
@@ -33,6 +34,8 @@ from . import fused
 from .config import Config
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
 from .model import Layout, Model, Output, log_likelihood_gradient
+from .optim import Optimizer
+from .task import TrainStream
 
 
 def applies(model: Model) -> bool:
@@ -54,6 +57,10 @@ def fast_forward(model: Model, tokens: torch.Tensor) -> Output:
     S, (B, L) = model.members, tokens.shape[-2:]
     logits, saved = step.forward(step.pack(model), tokens.expand(S, B, L))
     return Output(logits, [saved["attn"][:, :, None]])
+
+
+THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on threads (a thread costs ~0.1 ms)
+DRAWN_BYTES = 16 * 2**20  # the tokens ``TableStep.run`` draws ahead at a time, for one member on two threads
 
 
 class TableConstants(NamedTuple):
@@ -135,7 +142,8 @@ class TableStep(Layout):
         self._index = torch.empty(0)
         self._views_of: torch.Tensor | None = None  # the buffer _views belong to
         self._views_length, self._views = 0, {}
-        self._compiled_args: dict[tuple, tuple] = {}
+        self._compiled_key: tuple | None = None  # the (L, B, dtype) of _compiled_args' arguments
+        self._compiled: tuple = ()
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -190,31 +198,114 @@ class TableStep(Layout):
         correct = (logits.max(-1, keepdim=True).indices == target).sum((1, 2))  # the first maximum, as argmax
         return loglik, correct, self.backward(saved, g)
 
+    def _compiled_args(self, L: int, B: int, dtype: torch.dtype) -> tuple:
+        """The arguments of ``fused.table_step`` after the tokens and targets, for length L
+        and batch B: the table's case, its constants, scratch space (made once per length and batch)."""
+        key = (L, B, dtype)
+        if self._compiled_key != key:
+            const = table_constants(self.enc, self.d, L, dtype, torch.device("cpu"))
+            kind = (fused.ROTATE if self.rotates else fused.ROWS if self.learned or self.fixed_rows
+                    else fused.NONE if const.bias is None else fused.BIAS)
+            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+            none2 = np.zeros((1, 1), np_dtype)
+            trig = none2 if const.trig is None else (const.trig * (1.0 / math.sqrt(self.d))).numpy()
+            rows = none2 if const.rows is None else const.rows[0].numpy()
+            bias = np.zeros(1, np_dtype) if const.bias is None else const.bias.numpy()
+            bits = np.empty(B * max(L, self.V), np.int32 if np_dtype == np.float32 else np.int64)
+            self._compiled_key = key
+            self._compiled = (kind, self.fixed_rows, self.c.residual, self.V, self.d, self.blocks["EP"][1][0], trig,
+                              rows, bias, fused.exp_constants(np_dtype), bits)
+        return self._compiled
+
     def _compiled_step(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``__call__`` as one call of ``fused.table_step`` (CPU, no MLP)."""
         S, B, L = x.shape
-        key = (L, B, buf.dtype)
-        args = self._compiled_args.get(key)
-        if args is None:  # per length and batch: the table's case, its constants, scratch space
-            const = table_constants(self.enc, self.d, L, buf.dtype, buf.device)
-            kind = (fused.ROTATE if self.rotates else fused.ROWS if self.learned or self.fixed_rows
-                    else fused.NONE if const.bias is None else fused.BIAS)
-            dtype = buf.numpy().dtype
-            none2 = np.zeros((1, 1), dtype)
-            trig = none2 if const.trig is None else (const.trig * (1.0 / math.sqrt(self.d))).numpy()
-            rows = none2 if const.rows is None else const.rows[0].numpy()
-            bias = np.zeros(1, dtype) if const.bias is None else const.bias.numpy()
-            bits = np.empty(B * max(L, self.V), np.int32 if dtype == np.float32 else np.int64)
-            args = (kind, self.fixed_rows, self.c.residual, self.V, self.d, self.blocks["EP"][1][0], trig, rows, bias,
-                    fused.exp_constants(dtype), bits)
-            self._compiled_args = {key: args}
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
         fused.table_step(buf.numpy(), np.ascontiguousarray(x.numpy()), np.ascontiguousarray(target.numpy()[..., 0]),
-                         *args, loglik.numpy(), correct.numpy(), grad.numpy())
+                         *self._compiled_args(L, B, buf.dtype),
+                         loglik.numpy(), correct.numpy(), grad.numpy())
         return loglik, correct, grad
+
+    def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:
+        """Whether ``run`` can take this training's steps: the compiled step (CPU, no MLP) and Adam's compiled
+        update on the CPU, one training length, and draws from torch's CPU generators (``fused.mt_state``)."""
+        lo, hi = stream.c.lengths
+        return (self.compiled and opt.params.device.type == "cpu" and opt.rule == "adam" and opt.compiled
+                and lo == hi and all(fused.mt_state(g) is not None for g in stream.gens))
+
+    def run(self, opt: Optimizer, stream: TrainStream, members: np.ndarray, offsets: np.ndarray, n: int,
+            threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` training steps of the stream's ``members`` (the buffer's rows, in order; ``offsets`` theirs) by
+        ``fused.train_steps`` (where ``runs_ahead``): each step the batch ``stream.next`` would give, the gradient
+        of ``__call__`` and ``opt.step``'s update. The same numbers as n such steps, and the stream's generators
+        and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (n, S) and correct predictions
+        (n, S) int64.
+
+        With ``threads`` > 1 and at least ``THREADED_STEPS`` steps, the work goes on threads (the compiled loops
+        hold no GIL; one hand-off per call or block, never per step), in one of two ways. Members never interact:
+        several members are cut into groups of consecutive rows, each trained through all n steps on its own
+        thread. One member's batches are drawn ahead on a second thread, a block of steps at a time
+        (``fused.draw_steps``), while it trains on the block before. Either way each member's numbers are the
+        ones it gets alone, on one thread."""
+        S, c = len(members), stream.c
+        B, L = c.batch, c.train_length
+        p, m, v, lr, decay = opt.arrays()
+        args = self._compiled_args(L, B, opt.params.dtype)
+        offsets = np.ascontiguousarray(offsets, np.int64)
+        loglik, correct = np.empty((n, S), p.dtype), np.empty((n, S), np.int64)
+        fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
+        states = np.stack([fused.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
+
+        def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> None:
+            """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed)."""
+            r = rows.stop - rows.start
+            ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
+            fused.train_steps(k, p[rows], offsets[rows], xs, np.empty((r, B), np.int64), *args[:-1],
+                              np.empty_like(args[-1]), m[rows], v[rows], lr[rows], decay[rows] if len(decay) else decay,
+                              *opt.betas, opt.eps, opt.t + done, np.empty(r, p.dtype), np.empty(r, np.int64),
+                              np.empty_like(p[rows]), ll, cc)
+            loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
+
+        def draw(rows: slice, k: int) -> np.ndarray:
+            """The next k batches (k, r, B, L) of the members at rows, from their generators' states."""
+            xs = np.empty((k, rows.stop - rows.start, B, L), np.int64)
+            fused.draw_steps(states[rows], xs, self.V)
+            return xs
+
+        def blocks(rows: slice) -> list[tuple[int, int]]:  # (first step, steps) of each block of draws
+            size = max(1, DRAWN_BYTES // ((rows.stop - rows.start) * B * L * 8))
+            return [(a, min(size, n - a)) for a in range(0, n, size)]
+
+        def train_rows(rows: slice) -> None:  # draw a block, train on it, and so on
+            if fixed is not None:
+                return steps(rows, fixed[:, rows], 0, n)
+            for done, k in blocks(rows):
+                steps(rows, draw(rows, k), done, k)
+
+        lanes = min(threads, S) if n >= THREADED_STEPS else 1
+        if lanes > 1:  # groups of members, each on its thread
+            cuts = np.linspace(0, S, lanes + 1).round().astype(int)
+            with cf.ThreadPoolExecutor(lanes) as pool:
+                list(pool.map(lambda a, b: train_rows(slice(a, b)), cuts[:-1], cuts[1:]))
+        elif fixed is None and threads > 1 and n >= THREADED_STEPS:  # the next block drawn on a second thread
+            every = slice(0, S)
+            with cf.ThreadPoolExecutor(1) as pool:
+                todo = blocks(every)
+                ahead = pool.submit(draw, every, todo[0][1])
+                for i, (done, k) in enumerate(todo):
+                    xs = ahead.result()
+                    if i + 1 < len(todo):
+                        ahead = pool.submit(draw, every, todo[i + 1][1])
+                    steps(every, xs, done, k)
+        else:
+            train_rows(slice(0, S))
+        opt.t += n
+        for i, state in zip(members, states if states is not None else []):
+            stream.gens[i].set_state(torch.from_numpy(state))
+        return torch.from_numpy(loglik), torch.from_numpy(correct)
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits (S, B, V) at the last query of tokens x (S, B, L), and what ``backward`` needs (the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -98,11 +99,25 @@ def _blas() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+def run_threads() -> int:
+    """Threads over which an ensemble's members are split when its steps run as stretches (``TableStep.run``):
+    ``$LENGTHGEN_THREADS``, else one per core this process may use. Processes that share the cores (the
+    sweep's workers, chapters executed side by side) set it to 1. The numbers do not depend on it."""
+    value = os.environ.get(THREADS_ENV, "")
+    if value:
+        if not value.isdigit() or int(value) < 1:
+            raise ConfigError(f"${THREADS_ENV}={value!r}: give a number of threads (>= 1), or unset it")
+        return int(value)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 # The token and position tables. With decay_scope="matrices" weight decay leaves them alone, so that
 # untrained APE rows stay exactly at their initial values; decay_scope="all" decays them too.
 TABLES = ("embed", "encoding.table")
 STOP_WINDOW = 5  # steps averaged for the early stop
 TRAIN_THREADS = 1  # intra-op CPU threads while training (see cpu_threads)
+THREADS_ENV = "LENGTHGEN_THREADS"  # threads for the members of an ensemble (run_threads)
+ON_STEP_EVERY = 200  # the most steps a stretch runs before on_step hears of them (a few hundredths of a second)
 # Settings that may differ between members of one batched ensemble (everything else sets tensor shapes
 # or the shared data stream and must be equal).
 MEMBER_FIELDS = ("lr", "weight_decay", "decay_scope", "steps", "target_accuracy", "offset")
@@ -284,7 +299,7 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
     history = np.float64 if c0.dtype == "float64" else np.float32
     loss_hist = np.full((n_steps, S), np.nan, dtype=history)
     acc_hist = np.full((n_steps, S), np.nan, dtype=np.float32)
-    segment: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-likelihood, correct) since ids last changed
+    segment: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-likelihood, correct) (k, n) since ids last changed
     seg_start, window, ran = 0, [], 0
     last_acc = np.full(S, np.nan, dtype=np.float32)
     B = c0.batch
@@ -294,8 +309,8 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
     def flush(upto: int) -> None:  # the segment's history into the arrays
         nonlocal segment, seg_start
         if segment:
-            loss_hist[seg_start:upto, ids] = -torch.stack([a for a, _ in segment]).cpu().numpy()
-            acc_hist[seg_start:upto, ids] = torch.stack([b for _, b in segment]).cpu().numpy() / np.float32(B)
+            loss_hist[seg_start:upto, ids] = -torch.cat([a for a, _ in segment]).cpu().numpy()
+            acc_hist[seg_start:upto, ids] = torch.cat([b for _, b in segment]).cpu().numpy() / np.float32(B)
         segment, seg_start = [], upto
 
     def members() -> tuple:  # what the loop needs about the members still training
@@ -313,37 +328,54 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
         now = members()
 
     now = members()
-    for step in range(n_steps):
+    # where the gradient function can (``TableStep.run``: compiled, on the CPU) it takes whole stretches of steps
+    # with nothing to decide between them in one call (its members on ``run_threads()`` threads), and single
+    # steps under an early stop (the same compiled code: the same numbers either way); on_step then hears of
+    # each step of a stretch of at most ON_STEP_EVERY steps once the stretch is done
+    ahead = getattr(step_fn, "runs_ahead", lambda *_: False)(opt, stream)
+    threads = run_threads() if ahead else 1
+    step = 0
+    while step < n_steps:
         if step >= now[2]:  # some budget is spent
             flush(step)
             drop(budget[ids] <= step)
         if len(ids) == 0:
             break
-        one, offs, _ = now
+        one, offs, until = now
         n = len(ids)
-        with mode():
-            tokens = stream.next(ids).to(device)
-            length = tokens.shape[-1]
-            if one is not None:
-                target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
-            else:
-                target = tokens.gather(-1, (length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
-            loglik, correct, grad = step_fn(opt.params, tokens, target)
-            opt.step(grad)
-        ran = step + 1
+        if ahead:  # k steps: (k, n) log-likelihoods and correct predictions
+            k = 1 if early else until - step if on_checkpoint is None else min(until - step, every - step % every)
+            if on_step is not None:
+                k = min(k, ON_STEP_EVERY)
+            loglik, correct = step_fn.run(opt, stream, ids, offsets[ids], k, threads)
+        else:
+            k = 1
+            with mode():
+                tokens = stream.next(ids).to(device)
+                length = tokens.shape[-1]
+                if one is not None:
+                    target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
+                else:
+                    target = tokens.gather(-1, (length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
+                loglik, correct, grad = step_fn(opt.params, tokens, target)
+                opt.step(grad)
+            loglik, correct = loglik[None], correct[None]
+        step += k
+        ran = step
         segment.append((loglik, correct))
-        bar.update()
+        bar.update(k)
         if on_step is not None:
-            last_acc[ids] = correct.cpu().numpy() / np.float32(B)
-            on_step(step, last_acc.copy())
+            for i, hits in enumerate(correct.cpu().numpy()):
+                last_acc[ids] = hits / np.float32(B)
+                on_step(step - k + i, last_acc.copy())
         if early:
-            window = (window + [correct])[-STOP_WINDOW:]
+            window = (window + [correct[-1]])[-STOP_WINDOW:]
             if len(window) == STOP_WINDOW:  # a lucky batch alone does not stop
                 recent = (torch.stack(window).to(torch.float32) / B).mean(0)
                 reached = (recent >= stop_at[here(ids)]).cpu().numpy()  # NaN (no early stop) never compares true
                 if reached.any():
-                    steps[ids[reached]] = step + 1
-                    flush(step + 1)
+                    steps[ids[reached]] = step
+                    flush(step)
                     drop(reached)
         if on_checkpoint is not None and ran % every == 0:
             step_fn.unpack(opt.params, model, here(ids))

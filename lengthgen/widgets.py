@@ -20,9 +20,9 @@ from IPython.display import display
 from .config import ENCODINGS, Config, ConfigError
 from .evaluate import evaluate
 from .plots import LABELS, accuracy_vs_length
-from .train import train
+from .train import Trained, train
 
-PROGRESS_EVERY = 10  # training steps between progress-bar updates (each update is a message to the front end)
+PROGRESS_EVERY = 100  # training steps between progress-bar updates (each update is a message to the front end)
 
 
 class Playground:
@@ -31,13 +31,13 @@ class Playground:
 
     ``base`` gives every other setting (steps, width, ...). ``recipes``: name -> the training settings
     each recipe puts on ``base`` (a ``recipes.Recipe``, e.g. the values of ``recipes.RECIPES``, or a plain
-    mapping of Config fields); the menu picks one, the first at the start.
+    mapping of Config fields); the menu picks one: ``recipe`` at the start (default: the first).
     Evaluation lengths are ``multiples`` of the training length. ``widget`` is the box to display;
     ``run()`` trains the current settings.
     """
 
     def __init__(self, base: Config, seeds: int = 2, multiples: Sequence[int] = (1, 2, 4, 8), samples: int = 500,
-                 recipes: Mapping[str, Mapping[str, object]] | None = None):
+                 recipes: Mapping[str, Mapping[str, object]] | None = None, recipe: str | None = None):
         self.base, self.multiples, self.samples = base, list(multiples), samples
         self.recipes = {name: dict(fields) for name, fields in (recipes or {}).items()}
         style = dict(description_width="130px")
@@ -48,11 +48,14 @@ class Playground:
         self.seeds = w.IntSlider(value=seeds, min=1, max=8, description="seeds", **slider)
         self.encoding = w.Dropdown(options=[(LABELS[e], e) for e in ENCODINGS], value=base.encoding,
                                    description="encoding", style=style)
+        if recipe is not None and recipe not in self.recipes:
+            raise ConfigError(f"recipe={recipe!r}: use one of the menu's recipes ({', '.join(self.recipes) or 'none given'})")
         self.recipe = w.Dropdown(options=list(self.recipes) or ["as given"], description="recipe", style=style,
-                                 disabled=not self.recipes)
+                                 disabled=not self.recipes, value=recipe or (list(self.recipes) or ["as given"])[0])
         self.progress = w.IntProgress(value=0, min=0, max=max(base.steps, 1), description="training", style=style)
         self.status = w.HTML()
         self.output = w.Output()
+        self.trained: Trained | None = None  # the last retrain's models (its config, seeds, seconds)
         controls = [self.train_length, self.offset, self.vocab, self.seeds, self.encoding]
         if self.recipes:
             controls.append(self.recipe)
@@ -77,7 +80,7 @@ class Playground:
             if (i + 1) % PROGRESS_EVERY == 0:
                 self.progress.value = i + 1
 
-        trained = train(c, seeds=range(self.seeds.value), progress=False, on_step=step)
+        trained = self.trained = train(c, seeds=range(self.seeds.value), progress=False, on_step=step)
         self.progress.value = int(trained.steps.max())
         lengths = [m * c.train_length for m in self.multiples]
         ev = evaluate(trained, lengths, samples=self.samples)

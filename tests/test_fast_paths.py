@@ -178,16 +178,22 @@ def test_table_step_pack_and_views_round_trip() -> None:
 
 
 def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One layer on the CPU: the compiled step without an MLP, the hand-written backward with one; deeper
-    models through autograd."""
+    """One layer on the CPU: the compiled steps without an MLP (stretches of Adam steps by
+    ``fused.train_steps``, other rules step by step by ``fused.table_step``), the hand-written backward with
+    one; deeper models through autograd."""
     def broken(name: str) -> Callable[..., None]:
         def call(*args: object, **kwargs: object) -> None:
             raise RuntimeError(f"{name} called")
         return call
 
+    for target_accuracy in (None, 0.99):  # a whole stretch, and single steps under an early stop
+        with monkeypatch.context() as m:
+            m.setattr(fused, "train_steps", broken("fused.train_steps"))
+            with pytest.raises(RuntimeError, match="fused.train_steps called"):
+                train(Config(steps=3, target_accuracy=target_accuracy), [0], progress=False)
     monkeypatch.setattr(fused, "table_step", broken("fused.table_step"))
     with pytest.raises(RuntimeError, match="fused.table_step called"):
-        train(Config(steps=3), [0], progress=False)
+        train(Config(steps=3, optimizer="gd"), [0], progress=False)
     monkeypatch.setattr(TableStep, "backward", broken("TableStep.backward"))
     with pytest.raises(RuntimeError, match="TableStep.backward called"):
         train(Config(steps=3, mlp=True), [0], progress=False)

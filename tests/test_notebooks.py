@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from lengthgen import Config, ConfigError, book, plots, widgets
+from lengthgen import Config, ConfigError, book, plots, recipes, widgets
 from lengthgen.widgets import Playground
 
 QUICK_BUDGET_S = 600  # all chapters in quick mode (book/CONVENTIONS.md)
@@ -127,9 +127,11 @@ def test_playground_is_headless_and_says_what_to_change() -> None:
 
 
 def test_playground_retrains_on_a_slider_change_at_the_defaults() -> None:
-    """The callback a slider change triggers (train, evaluate, plot, display) at the chapter's full settings. How
-    fast it is, is measured by ``make bench`` (its playground rows, against the baseline in the same run), not here."""
-    pg = Playground(Config(), seeds=3, multiples=(1, 2, 4, 8), samples=500)
+    """The callback a slider change triggers (train, evaluate, plot, display) at the chapter's full settings: the
+    small-step recipe by default (chapter 7), its whole budget. How fast it is, is measured by ``make bench`` (its
+    playground rows, against the baseline in the same run), not here."""
+    pg = Playground(Config(), seeds=2, multiples=(1, 2, 4, 8), samples=500, recipes=recipes.RECIPES,
+                    recipe=recipes.SMALL_STEPS.name)
     updates = []
     pg.progress.observe(lambda change: updates.append(change["new"]), names="value")
     pg.offset.value = Config().offset + 1  # retrains through the observer, like a reader's slider
@@ -137,8 +139,11 @@ def test_playground_retrains_on_a_slider_change_at_the_defaults() -> None:
     pg.offset.value = Config().offset  # the second change: imports and first-call costs are paid
     seconds = time.perf_counter() - start
     print(f"playground redraw at the defaults: {seconds:.2f} s")
-    assert "trained" in pg.status.value, pg.status.value
-    assert len(updates) <= 2 * (Config().steps // widgets.PROGRESS_EVERY + 1), "update the progress bar every few steps"
+    assert "trained" in pg.status.value and f"{recipes.SMALL_STEPS.steps} steps, no early stop" in pg.status.value
+    assert pg.progress.value == recipes.SMALL_STEPS.steps
+    steps = recipes.SMALL_STEPS.steps
+    assert len(updates) <= 2 * (steps // widgets.PROGRESS_EVERY + 2), "update the progress bar every few steps"
+    assert len(updates) >= 2 * (steps // widgets.PROGRESS_EVERY), "the progress bar follows training as it goes"
 
 
 @pytest.mark.parametrize("name", [p.stem for p in book.chapters()])

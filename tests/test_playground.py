@@ -251,3 +251,12 @@ def test_the_grid_defaults_to_the_book_recipes() -> None:
     import inspect
 
     assert inspect.signature(playground.compute_grid).parameters["recipes"].default is recipes.RECIPES
+
+
+def test_live_playground_starts_at_the_recipe_asked_for() -> None:
+    """``recipe`` picks the menu's first choice (chapter 7 opens at small steps); an unknown one says what to use."""
+    pg = Playground(TINY, seeds=1, multiples=(1,), samples=8, recipes=RECIPES, recipe="slow")
+    assert pg.recipe.value == "slow" and pg.config() == TINY.replace(**RECIPES["slow"])
+    assert Playground(TINY, recipes=RECIPES).recipe.value == next(iter(RECIPES))
+    with pytest.raises(ConfigError, match="fast, slow"):
+        Playground(TINY, recipes=RECIPES, recipe="medium")

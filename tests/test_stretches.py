@@ -1,0 +1,137 @@
+"""Stretches of training steps in one compiled call (``TableStep.run`` / ``fused.train_steps``): the same numbers
+as the same steps taken one call at a time, whatever the stretch length, the thread count or the callbacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lengthgen import Config, fused
+from lengthgen.config import ConfigError
+from lengthgen.model import Model
+from lengthgen.optim import Optimizer
+from lengthgen.recipes import SMALL_STEPS
+from lengthgen.tables import TableStep
+from lengthgen.task import TrainStream
+from lengthgen.train import THREADS_ENV, run_threads, train, train_runs
+
+SMALL = SMALL_STEPS.apply(Config()).replace(steps=240)
+
+
+def same_history(a, b, i: int = 0, j: int = 0) -> bool:
+    return bool(np.array_equal(a.loss[:, i], b.loss[:, j]) and np.array_equal(a.accuracy[:, i], b.accuracy[:, j]))
+
+
+@pytest.mark.parametrize("train_set", [None, 64])
+def test_a_stretch_equals_single_steps(train_set: int | None) -> None:
+    """A member trained alone takes its 240 steps as one stretch; beside a member with an early stop the
+    ensemble takes single steps. Its history and parameters are the same to the bit (fresh draws, and a fixed
+    training set)."""
+    c = SMALL if train_set is None else SMALL.replace(train_set=train_set, batch=train_set)
+    alone = train(c, [1], progress=False)
+    mixed = train_runs([(c.replace(target_accuracy=1.0), 0), (c, 1)], progress=False)[1]
+    assert same_history(alone, mixed)
+    for a, b in zip(alone.model.parameters(), mixed.model.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_threads_do_not_change_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three members split over 1, 2 or 3 threads: the same histories and parameters, each member's as alone."""
+    runs = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv(THREADS_ENV, threads)
+        runs[threads] = train(SMALL, [0, 1, 2], progress=False)
+    alone = train(SMALL, [2], progress=False)
+    for t in ("2", "3"):
+        assert np.array_equal(runs["1"].loss, runs[t].loss) and np.array_equal(runs["1"].accuracy, runs[t].accuracy)
+        for a, b in zip(runs["1"].model.parameters(), runs[t].model.parameters()):
+            assert torch.equal(a, b)
+    assert same_history(runs["3"], alone, 2, 0)
+
+
+def test_run_threads_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert run_threads() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(ConfigError, match=THREADS_ENV):
+            run_threads()
+    monkeypatch.delenv(THREADS_ENV)
+    assert run_threads() >= 1
+
+
+def test_on_step_hears_every_step_in_order() -> None:
+    """With a per-step callback the steps still run in stretches; the callback sees each step once, in order,
+    with that step's training-batch accuracy, and the numbers are those of a run without it."""
+    seen: list[tuple[int, np.ndarray]] = []
+    heard = train(SMALL, [0, 1], progress=False, on_step=lambda i, acc: seen.append((i, acc)))
+    plain = train(SMALL, [0, 1], progress=False)
+    assert [i for i, _ in seen] == list(range(SMALL.steps))
+    assert np.array_equal(np.stack([a for _, a in seen]), plain.accuracy)
+    assert np.array_equal(heard.loss, plain.loss)
+
+
+def test_checkpoints_cut_stretches_without_changing_them() -> None:
+    """Checkpoints every 70 steps: each sees the parameters after exactly that many steps (the first 140 steps
+    of a 240-step run equal a 140-step run), and stopping at one ends training there."""
+    at: dict[int, list[torch.Tensor]] = {}
+    train(SMALL, [0], progress=False, checkpoint_every=70,
+          on_checkpoint=lambda n, model: at.setdefault(n, [p.detach().clone() for p in model.parameters()]) and None)
+    assert sorted(at) == [70, 140, 210]
+    short = train(SMALL.replace(steps=140), [0], progress=False)
+    for a, b in zip(at[140], short.model.parameters()):
+        assert torch.equal(a, b)
+    stopped = train(SMALL, [0], progress=False, checkpoint_every=70, on_checkpoint=lambda n, _: n == 140)
+    assert stopped.steps.tolist() == [140] and same_history(stopped, short)
+
+
+def test_run_leaves_the_stream_and_optimiser_as_single_steps_do() -> None:
+    """After ``TableStep.run`` of 30 steps the generators are where 30 batches of draws leave them, and the
+    optimiser has counted 30 steps."""
+    model = Model(SMALL, [0, 1])
+    step = TableStep(SMALL, model.encoding, SMALL.train_length)
+    opt = Optimizer("adam", step.pack(model), [SMALL.lr] * 2)
+    stream, reference = TrainStream(SMALL, [0, 1]), TrainStream(SMALL, [0, 1])
+    assert step.runs_ahead(opt, stream)
+    loglik, correct = step.run(opt, stream, np.arange(2), np.array([SMALL.offset] * 2), 30, threads=2)
+    assert loglik.shape == correct.shape == (30, 2) and opt.t == 30
+    for _ in range(30):
+        reference.next()
+    for g, r in zip(stream.gens, reference.gens):
+        assert torch.equal(g.get_state(), r.get_state())
+
+
+def test_runs_ahead_only_where_it_computes_the_same_steps() -> None:
+    """No stretches for rules other than Adam, for variable training lengths, or on the torch path."""
+    def ahead(c: Config) -> bool:
+        model = Model(c, [0])
+        step = TableStep(c, model.encoding, c.train_length)
+        return step.runs_ahead(Optimizer(c.optimizer, step.pack(model), [c.lr]), TrainStream(c, [0]))
+
+    assert ahead(SMALL)
+    assert not ahead(SMALL.replace(optimizer="gd"))
+    assert not ahead(SMALL.replace(min_train_length=16))
+    assert not ahead(SMALL.replace(mlp=True))
+    assert fused.mt_state(torch.Generator().manual_seed(0)) is not None
+
+
+def test_compiled_code_just_compiled_or_from_the_cache_gives_the_same_numbers(tmp_path) -> None:
+    """The same training run in a process that compiles the steps afresh (an empty numba cache, which it fills)
+    and in a process that loads them from that cache: the same loss history to the bit, and this process's
+    too. With reassociation in the step's fast-math flags the first two differed in float32 rounding
+    (fused.FAST)."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    c = SMALL.replace(steps=120)
+    code = ("import hashlib; from lengthgen import Config, train; "
+            f"c = Config(**{c.to_dict()!r}); "
+            "print(hashlib.sha256(train(c, [0, 1], progress=False).loss.tobytes()).hexdigest())")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    fresh, cached = (subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                    check=True).stdout.strip() for _ in range(2))
+    assert any((tmp_path / "numba").rglob("*train_steps*.nbc")), "the first process should fill the cache"
+    assert fresh == cached == hashlib.sha256(train(c, [0, 1], progress=False).loss.tobytes()).hexdigest()
