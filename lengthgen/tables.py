@@ -24,7 +24,9 @@ loop's gradient function.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import functools
 import math
+import os
 from typing import NamedTuple
 
 import numpy as np
@@ -59,8 +61,15 @@ def fast_forward(model: Model, tokens: torch.Tensor) -> Output:
     return Output(logits, [saved["attn"][:, :, None]])
 
 
-THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on threads (a thread costs ~0.1 ms)
-DRAWN_BYTES = 16 * 2**20  # the tokens ``TableStep.run`` draws ahead at a time, for one member on two threads
+THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on threads (a hand-off costs ~0.1 ms)
+DRAWN_BYTES = 2**21  # the tokens ``TableStep.run`` draws at a time (a block of steps; it stays in the caches)
+
+
+@functools.cache
+def _pool() -> cf.ThreadPoolExecutor:
+    """The threads ``TableStep.run`` hands its work to, started once (starting two took about 2 ms, every stretch).
+    Its tasks never wait on one another, so runs from several threads may share it."""
+    return cf.ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="lengthgen-steps")
 
 
 class TableConstants(NamedTuple):
@@ -269,37 +278,38 @@ class TableStep(Layout):
                               np.empty_like(p[rows]), ll, cc)
             loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
 
-        def draw(rows: slice, k: int) -> np.ndarray:
-            """The next k batches (k, r, B, L) of the members at rows, from their generators' states."""
-            xs = np.empty((k, rows.stop - rows.start, B, L), np.int64)
-            fused.draw_steps(states[rows], xs, self.V)
-            return xs
+        def draw(rows: slice, into: np.ndarray) -> np.ndarray:
+            """The next len(into) batches of the members at rows, from their generators' states, into ``into``."""
+            fused.draw_steps(states[rows], into, self.V)
+            return into
 
-        def blocks(rows: slice) -> list[tuple[int, int]]:  # (first step, steps) of each block of draws
-            size = max(1, DRAWN_BYTES // ((rows.stop - rows.start) * B * L * 8))
-            return [(a, min(size, n - a)) for a in range(0, n, size)]
+        def blocks(rows: slice) -> tuple[np.ndarray, list[tuple[int, int]]]:
+            """Room for one block of batches (k, r, B, L), and the (first step, steps) of each block."""
+            r = rows.stop - rows.start
+            size = max(1, min(n, DRAWN_BYTES // (r * B * L * 8)))
+            return np.empty((size, r, B, L), np.int64), [(a, min(size, n - a)) for a in range(0, n, size)]
 
         def train_rows(rows: slice) -> None:  # draw a block, train on it, and so on
             if fixed is not None:
                 return steps(rows, fixed[:, rows], 0, n)
-            for done, k in blocks(rows):
-                steps(rows, draw(rows, k), done, k)
+            room, todo = blocks(rows)
+            for done, k in todo:
+                steps(rows, draw(rows, room[:k]), done, k)
 
         lanes = min(threads, S) if n >= THREADED_STEPS else 1
         if lanes > 1:  # groups of members, each on its thread
             cuts = np.linspace(0, S, lanes + 1).round().astype(int)
-            with cf.ThreadPoolExecutor(lanes) as pool:
-                list(pool.map(lambda a, b: train_rows(slice(a, b)), cuts[:-1], cuts[1:]))
+            list(_pool().map(lambda a, b: train_rows(slice(a, b)), cuts[:-1], cuts[1:]))
         elif fixed is None and threads > 1 and n >= THREADED_STEPS:  # the next block drawn on a second thread
             every = slice(0, S)
-            with cf.ThreadPoolExecutor(1) as pool:
-                todo = blocks(every)
-                ahead = pool.submit(draw, every, todo[0][1])
-                for i, (done, k) in enumerate(todo):
-                    xs = ahead.result()
-                    if i + 1 < len(todo):
-                        ahead = pool.submit(draw, every, todo[i + 1][1])
-                    steps(every, xs, done, k)
+            room, todo = blocks(every)
+            rooms = (room, np.empty_like(room))  # one is drawn into while the other is trained on
+            ahead = _pool().submit(draw, every, rooms[0][:todo[0][1]])
+            for i, (done, k) in enumerate(todo):
+                xs = ahead.result()
+                if i + 1 < len(todo):
+                    ahead = _pool().submit(draw, every, rooms[(i + 1) % 2][:todo[i + 1][1]])
+                steps(every, xs, done, k)
         else:
             train_rows(slice(0, S))
         opt.t += n

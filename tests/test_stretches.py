@@ -37,13 +37,16 @@ def test_a_stretch_equals_single_steps(train_set: int | None) -> None:
 
 
 def test_threads_do_not_change_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Three members split over 1, 2 or 3 threads: the same histories and parameters, each member's as alone."""
+    """Three members split over 1, 2 or 3 threads, and one member with its batches drawn on a second thread: the
+    same histories and parameters, each member's as alone."""
     runs = {}
     for threads in ("1", "2", "3"):
         monkeypatch.setenv(THREADS_ENV, threads)
         runs[threads] = train(SMALL, [0, 1, 2], progress=False)
-    alone = train(SMALL, [2], progress=False)
+        runs["one member " + threads] = train(SMALL, [2], progress=False)  # 2 or 3: its batches drawn ahead
+    alone = runs["one member 1"]
     for t in ("2", "3"):
+        assert same_history(runs["one member " + t], alone)
         assert np.array_equal(runs["1"].loss, runs[t].loss) and np.array_equal(runs["1"].accuracy, runs[t].accuracy)
         for a, b in zip(runs["1"].model.parameters(), runs[t].model.parameters()):
             assert torch.equal(a, b)
