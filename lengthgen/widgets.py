@@ -5,8 +5,9 @@ whether or not a front end is attached (papermill runs it once with the default 
 page then shows the controls as a static snapshot next to that figure). In a live Jupyter kernel,
 releasing any control retrains with a progress bar (updated every ``PROGRESS_EVERY`` steps) and
 redraws the figure below the controls; at the book's defaults that takes well under a second in the
-first-fit recipe, and about two seconds (README, Speed) in a recipe with a fixed budget of thousands of steps,
-such as "small steps" (it grows with the seeds and with the machine's load; the progress bar shows how far it is).
+first-fit recipe and about a second in the small-step recipe, chapter 7's default, whose seeds train side by side
+on two cores (``make bench`` measures both: README, Speed; it grows with the seeds and with the machine's load, and
+the progress bar shows how far it is).
 """
 
 from __future__ import annotations
