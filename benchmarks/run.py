@@ -24,6 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
+from unittest import mock
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -198,12 +199,8 @@ def playground_time(c: Config, repeats: int, seeds: int = 2) -> dict:
             pg.offset.value = next(moves)
 
     def one_thread() -> None:
-        before = os.environ.get(train_module.THREADS_ENV)
-        os.environ[train_module.THREADS_ENV] = "1"
-        try:
+        with mock.patch.dict(os.environ, {train_module.THREADS_ENV: "1"}):
             drag()
-        finally:
-            os.environ.pop(train_module.THREADS_ENV) if before is None else os.environ.update({train_module.THREADS_ENV: before})
 
     drag()
     threaded, single = paired(drag, one_thread, repeats)

@@ -46,7 +46,7 @@ import papermill
 import yaml
 
 from .cache import PACKAGE, Cache
-from .config import ConfigError
+from .config import ConfigError, usable_cores
 from .plots import BOOK_BUILD_ENV
 from .site import VENDOR, vendor
 from .sweep import SWEEPS, load_grid, run_grids, run_key
@@ -161,7 +161,7 @@ def missing_runs(grid: Grid, cache: Cache) -> int:
 
 def default_workers() -> int:
     """The cores this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def fill_sweeps(layout: Layout = DEFAULT, quick: bool = False, workers: int | None = None) -> dict[str, Any]:

@@ -262,6 +262,11 @@ def eval_chunk(members: int, length: int, dim: int, one_layer: bool, budget: int
     return max(1, budget // per_sequence)
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may use (its affinity where the platform has one, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 @functools.lru_cache(maxsize=1)
 def physical_memory() -> int | None:
     """Bytes of memory this process can use: the machine's RAM, or a smaller cgroup (container) limit."""

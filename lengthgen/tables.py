@@ -26,14 +26,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from . import fused
-from .config import Config
+from .config import Config, usable_cores
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
 from .model import Layout, Model, Output, log_likelihood_gradient
 from .optim import Optimizer
@@ -69,7 +68,7 @@ DRAWN_BYTES = 2**21  # the tokens ``TableStep.run`` draws at a time (a block of 
 def _pool() -> cf.ThreadPoolExecutor:
     """The threads ``TableStep.run`` hands its work to, started once (starting two took about 2 ms, every stretch).
     Its tasks never wait on one another, so runs from several threads may share it."""
-    return cf.ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="lengthgen-steps")
+    return cf.ThreadPoolExecutor(max(2, usable_cores()), thread_name_prefix="lengthgen-steps")
 
 
 class TableConstants(NamedTuple):

@@ -30,7 +30,7 @@ import torch
 from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, usable_cores
 from .model import Layout, Model, log_likelihood
 from .optim import Optimizer
 from .tables import TableStep, applies
@@ -108,7 +108,7 @@ def run_threads() -> int:
         if not value.isdigit() or int(value) < 1:
             raise ConfigError(f"${THREADS_ENV}={value!r}: give a number of threads (>= 1), or unset it")
         return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 # The token and position tables. With decay_scope="matrices" weight decay leaves them alone, so that
@@ -300,7 +300,7 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
     loss_hist = np.full((n_steps, S), np.nan, dtype=history)
     acc_hist = np.full((n_steps, S), np.nan, dtype=np.float32)
     segment: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-likelihood, correct) (k, n) since ids last changed
-    seg_start, window, ran = 0, [], 0
+    seg_start, window = 0, []
     last_acc = np.full(S, np.nan, dtype=np.float32)
     B = c0.batch
     here = lambda i: torch.as_tensor(i, device=device)  # noqa: E731
@@ -361,7 +361,6 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                 opt.step(grad)
             loglik, correct = loglik[None], correct[None]
         step += k
-        ran = step
         segment.append((loglik, correct))
         bar.update(k)
         if on_step is not None:
@@ -377,19 +376,19 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                     steps[ids[reached]] = step
                     flush(step)
                     drop(reached)
-        if on_checkpoint is not None and ran % every == 0:
+        if on_checkpoint is not None and step % every == 0:
             step_fn.unpack(opt.params, model, here(ids))
-            if on_checkpoint(ran, model):
-                steps[ids] = ran
+            if on_checkpoint(step, model):
+                steps[ids] = step
                 break
         if len(ids) == 0:
             break
-    flush(ran)
+    flush(step)
     step_fn.unpack(opt.params, model, here(ids))
-    loss_hist, acc_hist = loss_hist[:ran], acc_hist[:ran]
+    loss_hist, acc_hist = loss_hist[:step], acc_hist[:step]
     for hist in (loss_hist, acc_hist):  # a stopped member repeats its last step
         for s in range(S):
-            k = min(int(steps[s]), ran)
-            if 0 < k < ran:
+            k = min(int(steps[s]), step)
+            if 0 < k < step:
                 hist[k:, s] = hist[k - 1, s]
     return loss_hist, acc_hist, steps
