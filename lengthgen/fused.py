@@ -29,15 +29,20 @@ from numba import njit
 # -inf where the other classes' probabilities underflow), and no reassociation: with it the order of a sum
 # depended on where LLVM inlined the step, and ``train_steps`` loaded from numba's cache gave other float32
 # numbers than the same function just compiled (measured; tests/test_stretches.py checks both agree). The cost,
-# measured side by side: ``table_step`` takes about 13% more CPU (the sums it no longer vectorises).
+# measured side by side: ``table_step`` took about 13% more CPU (the sums it no longer vectorised). The step's sums
+# now run in lanes of a fixed order (``_dot8``) or along the batch, which vectorise without reassociation.
 FAST = {"contract", "nsz", "arcp"}
+
+# error_model="numpy" on the functions that divide: a division by zero gives inf or NaN as in numpy instead of
+# raising ZeroDivisionError, and without that check per division their loops vectorise (measured: Adam's update
+# of 5120 float32 parameters 8.5 -> 2.4 us). A zero divisor could only come from an underflow, and the code tests
+# for those before it divides.
 
 # How the attention logit table is made (tables.TableStep's cases):
 ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
 ROWS = 1  # additive position rows (learned APE, sinusoidal): T[j, b, a] = k(b) . q(a) + (P_j Wk) . q(a)
 BIAS = 2  # ALiBi: T[j, b, a] = k(b) . q(a) + bias[j]
 NONE = 3  # NoPE: T[b, a] = k(b) . q(a)
-NB = 16  # sequences per block in the loss's loops
 
 
 def exp_constants(dtype: np.dtype) -> np.ndarray:
@@ -93,9 +98,114 @@ def _exp_neg(a, c, bits):
         a[i] *= scale[i]
 
 
-@njit(cache=True, fastmath=FAST, nogil=True)
-def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits,
-               loglik, correct, grad):
+@njit(cache=True)
+def log_constants(ec):
+    """The constants of ``_log1p`` in the dtype of ``ec`` (``exp_constants``): ln 2 split as there (high part,
+    low part), sqrt(2), and the coefficients 2/(2k+1) of 2 atanh(s) = log((1+s)/(1-s)) from the highest used
+    down to k = 0 (to s^23 in float64, s^11 in float32: |s| <= 0.172, the next term is below the precision)."""
+    top = 11 if ec.itemsize == 8 else 5
+    c = np.empty(top + 4, ec.dtype)
+    c[0], c[1] = ec[1], ec[2]
+    c[2] = math.sqrt(2.0)
+    for k in range(top, -1, -1):
+        c[3 + top - k] = 2.0 / (2 * k + 1)
+    return c
+
+
+# no reassociation: it would undo the split of ln 2
+@njit(cache=True, error_model="numpy", fastmath={"contract", "nsz", "arcp"})
+def _log1p(a, c, w, bits):
+    """a <- log1p(a) in place, for a >= 0 (1D contiguous; ``w``: float scratch as long, ``bits``: integer
+    scratch of the float's width, as long). u = 1 + a rounded, written m 2^e with m in [sqrt(1/2), sqrt(2)) from
+    its bits; log m = 2 atanh(s), s = (m - 1)/(m + 1), by its series; log1p(a) = log(u) a / (u - 1), which
+    undoes the rounding of u (and is a itself where u rounds to 1). Vectorised loops in place of a libm call
+    per entry; within 2e-7 (float32) / 1e-15 (float64) relative of numpy's log1p (tests/test_fused.py)."""
+    hi, lo, root2 = c[0], c[1], c[2]
+    one = root2 / root2
+    zero = one - one
+    width = bits.itemsize * 8
+    bias, shift = (127, 23) if width == 32 else (1023, 52)
+    mant = (1 << shift) - 1
+    ub = w.view(bits.dtype)
+    root2_mant = root2 - one  # the mantissa bits of sqrt(2), as a fraction of 2^shift
+    cut = int(root2_mant * (1 << shift))
+    for i in range(a.shape[0]):
+        w[i] = one + a[i]
+    for i in range(a.shape[0]):  # u = m 2^e: the mantissa's bits into bits, e (a float) into w
+        b = ub[i]
+        e = (b >> shift) - bias
+        f = b & mant
+        up = f > cut  # m >= sqrt(2): halve it
+        bits[i] = f | ((bias - 1 if up else bias) << shift)
+        w[i] = e + 1 if up else e
+    m = bits.view(a.dtype)
+    n = c.shape[0]
+    for i in range(a.shape[0]):
+        x = a[i]
+        u = one + x
+        f = m[i] - one
+        s = f / (f + one + one)
+        z = s * s
+        p = c[3]
+        for k in range(4, n):
+            p = p * z + c[k]
+        lg = w[i] * hi + (w[i] * lo + s * p)
+        a[i] = x if u == one else lg * (x / (u - one))
+
+
+@njit(cache=True, fastmath=FAST, inline="always")
+def _dot8(a, i, u, b, j, v, n):
+    """sum_k a[i, u + k] b[j, v + k] over k < n (2D arrays; no views made: each would cost two atomic reference
+    counts), in eight lanes (lane l adds the terms k = l mod 8 in order, then the lanes pairwise): a fixed order,
+    so the same bits wherever it is compiled, yet eight independent chains where a plain loop's one sum is
+    bound by the latency of each addition (the compiler may not reorder it without reassociation)."""
+    s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = a[i, u] - a[i, u]
+    k = 0
+    while k + 8 <= n:
+        s0 += a[i, u + k] * b[j, v + k]
+        s1 += a[i, u + k + 1] * b[j, v + k + 1]
+        s2 += a[i, u + k + 2] * b[j, v + k + 2]
+        s3 += a[i, u + k + 3] * b[j, v + k + 3]
+        s4 += a[i, u + k + 4] * b[j, v + k + 4]
+        s5 += a[i, u + k + 5] * b[j, v + k + 5]
+        s6 += a[i, u + k + 6] * b[j, v + k + 6]
+        s7 += a[i, u + k + 7] * b[j, v + k + 7]
+        k += 8
+    r = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+    while k < n:
+        r += a[i, u + k] * b[j, v + k]
+        k += 1
+    return r
+
+
+@njit(cache=True, nogil=True)
+def step_scratch(dt_like, kind, B, L, V, d, ec):
+    """The working arrays of ``_table_step`` for batch B, length L (dtype of the array ``dt_like``), made once per
+    call of ``train_steps`` (or of ``table_step``), not once per step. Every array is written before it is read,
+    except the constants: ``cst`` (1, 1/sqrt(d), 2^-LOW), ``lc`` (``log_constants``) and ``ones`` (1, max(L, V))."""
+    dt = dt_like.dtype
+    Y = 3 * d + V
+    nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions (learned or fixed rows)
+    VV = V * V
+    nT = VV if kind == NONE else L * VV
+    f32 = dt_like.itemsize == 4
+    cst = np.array([1.0, 1.0 / math.sqrt(d), 2.0 ** -(60 if f32 else 600)]).astype(dt)
+    lc = log_constants(ec)
+    return (cst, lc, np.empty(B, dt), np.empty(B, dt), np.ones((1, max(L, V)), dt),
+            np.empty((nX, d), dt), np.empty((nX, Y), dt), np.empty((d, V), dt), np.empty((nX, d), dt),  # X A QT K
+            np.empty((nX, d), dt), np.empty((d, V), dt), np.empty((d, V), dt), np.empty((nX, V), dt),  # Av U WoU Yv
+            np.empty((V, V), dt), np.empty((L, V), dt), np.empty((V, V), dt),  # YvT YvP Z
+            np.empty(nT, dt), np.empty(nT, dt), np.empty((d, VV), dt), np.empty((d, VV), dt),  # T gT CD gCD
+            np.empty((nX, V), dt), np.empty((B, L), dt), np.empty((B, L), np.int64), np.empty(V, dt),  # TP lg at_ij top
+            np.empty((V, B), dt), np.empty((V, B), dt), np.empty((V, B), dt),  # mass yt E
+            np.empty(B, dt), np.empty(B, np.int64), np.empty(B, dt), np.empty(B, dt),  # rowtop pick sums rest
+            np.empty((V, B), dt), np.empty((B, L), dt), np.empty((nX, V), dt), np.empty((V, V), dt),  # gM gP gYv gR
+            np.empty((d, V), dt), np.empty((V, d), dt), np.empty((nX, Y), dt), np.empty((nX, d), dt),  # gQT gQ gA gX
+            np.empty((d, Y), dt), np.empty((d, V), dt), np.empty((d, V), dt), np.empty((d, d), dt))  # gW gWoU gU gWo
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct, grad):
     """One training step's gradient for every member, written into ``loglik`` (S,), ``correct`` (S,) and
     ``grad`` (S, P).
 
@@ -107,10 +217,18 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
     ``exp_constants``; bits: integer scratch of the float's width, B max(L, V) long.
     The loss is the mean cross-entropy over the B sequences, computed as ``model.log_likelihood_gradient``.
     """
+    _, B, L = x.shape
+    _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct, grad,
+                step_scratch(buf, kind, B, L, V, d, ec))
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct, grad,
+                scratch):
+    """``table_step`` in the working arrays ``scratch`` (``step_scratch``)."""
     S, B, L = x.shape
-    dt = buf.dtype
-    # 1, 1/sqrt(d) and 2^-LOW in the buffer's dtype
-    cst = np.array([1.0, 1.0 / math.sqrt(d), 2.0 ** -(60 if bits.itemsize == 4 else 600)]).astype(dt)
+    (cst, lc, ratio, w, ones, X, A, QT, K, Av, U, WoU, Yv, YvT, YvP, Z, T, gT, CD, gCD, TP, lg, at_ij, top, mass, yt, E,
+     rowtop, pick, sums, rest, gM, gP, gYv, gR, gQT, gQ, gA, gX, gW, gWoU, gU, gWo) = scratch
     one, scale, low = cst[0], cst[1], cst[2]
     zero = one - one
     Y = 3 * d + V  # columns of W: [Wq | Wk | Wv | U]
@@ -119,41 +237,9 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
     nX = V + nr  # rows of X: tokens, then positions
     at = V + L - 1  # the last position's row of X
     VV = V * V
-    o_W, o_Wo = n_ep * d, n_ep * d + d * Y
-    X = np.empty((nX, d), dt)
-    A = np.empty((nX, Y), dt)
-    QT = np.empty((d, V), dt)
-    K = np.empty((nX, d), dt)
-    Av = np.empty((nX, d), dt)
-    U = np.empty((d, V), dt)
-    WoU = np.empty((d, V), dt)
-    Yv = np.empty((nX, V), dt)
     nT = VV if kind == NONE else L * VV
-    T = np.empty(nT, dt)
-    gT = np.empty(nT, dt)
-    CD = np.empty((d, VV), dt)
-    gCD = np.empty((d, VV), dt)
-    TP = np.empty((nX, V), dt)
-    lg = np.empty((B, L), dt)  # attention logits, then weights
-    at_ij = np.empty((B, L), np.int32)  # where key j of sequence i reads the table
     jstep = 0 if kind == NONE else VV
-    top = np.empty(max(V, NB), dt)
-    best = np.empty(NB, np.int64)
-    mass = np.empty((B, V), dt)  # attention on each token
-    yb = np.empty((B, V), dt)
-    E = np.empty((B, V), dt)
-    gM = np.empty((B, V), dt)
-    gP = np.empty((B, L), dt)
-    gYv = np.empty((nX, V), dt)
-    gR = np.empty((V, V), dt)
-    gQT = np.empty((d, V), dt)
-    gQ = np.empty((V, d), dt)
-    gA = np.empty((nX, Y), dt)
-    gX = np.empty((nX, d), dt)
-    gW = np.empty((d, Y), dt)
-    gWoU = np.empty((d, V), dt)
-    gU = np.empty((d, V), dt)
-    gWo = np.empty((d, d), dt)
+    o_W, o_Wo = n_ep * d, n_ep * d + d * Y
     for s in range(S):
         p = buf[s]
         W = p[o_W:o_Wo].reshape((d, Y))
@@ -177,7 +263,8 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
                 U[k, c] = W[k, 3 * d + c]
         np.dot(Wo, U, WoU)
         np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
-        YvT, YvP = Yv[:V].copy(), Yv[V:].copy()
+        YvT[:] = Yv[:V]
+        YvP[:nr] = Yv[V:]
         # the logit table, laid out T[j, b, a] (T[b, a] with no position)
         if kind == ROTATE:
             for q in range(d // 2):
@@ -205,21 +292,26 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
         # largest entry (their sum under 2^-LOW) is redone with its own maximum
         xs, ts = x[s], target[s]
         top[:] = -np.inf
-        for r in range(nT // V):
+        nr4 = nT // V // 4 * 4
+        for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
+            for a in range(V):
+                m01 = max(T[r * V + a], T[(r + 1) * V + a])
+                m23 = max(T[(r + 2) * V + a], T[(r + 3) * V + a])
+                top[a] = max(top[a], max(m01, m23))
+        for r in range(nr4, nT // V):
             for a in range(V):
                 top[a] = max(top[a], T[r * V + a])
+        # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
         for i in range(B):
             a = xs[i, L - 1]
             for j in range(L):
                 at_ij[i, j] = j * jstep + xs[i, j] * V + a  # the table entry of key j
             for j in range(L):
-                lg[i, j] = T[at_ij[i, j]] - top[a]
+                lg[i, j] = T[np.uint64(at_ij[i, j])] - top[a]
         _exp_neg(lg.reshape(B * L), ec, bits)
         mass[:] = 0
         for i in range(B):
-            tot = zero
-            for j in range(L):
-                tot += lg[i, j]
+            tot = _dot8(lg, i, 0, ones, 0, 0, L)
             if not tot >= low:  # far below the column's maximum: again with the sequence's own
                 for j in range(L):
                     lg[i, j] = T[at_ij[i, j]]
@@ -227,81 +319,94 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
                 for j in range(L):
                     lg[i, j] -= m
                 _exp_neg(lg[i], ec, bits)
-                tot = zero
-                for j in range(L):
-                    tot += lg[i, j]
+                tot = _dot8(lg, i, 0, ones, 0, 0, L)
             inv = one / tot
             for j in range(L):
                 lg[i, j] *= inv
             for j in range(L):
-                mass[i, xs[i, j]] += lg[i, j]
-        # logits: mass @ Yv[:V] + attn @ Yv[V:] + the query's own read-out R[a]
-        np.dot(mass, YvT, yb)
+                mass[np.uint64(xs[i, j]), i] += lg[i, j]
+        # logits (transposed, (V, B)): Yv[:V].T @ mass.T + Yv[V:].T @ attn.T + the query's own read-out R[a]
+        Z[:] = YvT.T
+        np.dot(Z, mass, yt)
         if has_rows:
-            yb += np.dot(lg, YvP)
+            yt += np.dot(YvP.T, lg.T)
         if residual:
             for i in range(B):
                 a = xs[i, L - 1]
                 for c in range(V):
-                    yb[i, c] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
-        # the loss (model.log_likelihood_gradient): -log p_t = log(1 + sum_(c != t) e^(y_c - y_t))
+                    yt[c, i] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
+        # the loss (model.log_likelihood_gradient): -log p_t = log(1 + sum_(c != t) e^(y_c - y_t)); each loop
+        # runs along the batch (selects, not branches: the argmax's would mispredict on fresh data)
+        rowtop[:] = yt[0]
+        pick[:] = 0
+        for c in range(1, V):
+            for i in range(B):  # the first maximum, as argmax
+                y = yt[c, i]
+                up = y > rowtop[i]
+                rowtop[i] = y if up else rowtop[i]
+                pick[i] = c if up else pick[i]
         hits = 0
-        for i0 in range(0, B, NB):
-            nb = min(NB, B - i0)
-            for u in range(nb):
-                top[u] = yb[i0 + u, 0]
-                best[u] = 0
-            for c in range(1, V):
-                for u in range(nb):
-                    if yb[i0 + u, c] > top[u]:  # the first maximum, as argmax
-                        top[u] = yb[i0 + u, c]
-                        best[u] = c
-            for u in range(nb):
-                hits += best[u] == ts[i0 + u]
-                for c in range(V):
-                    E[i0 + u, c] = yb[i0 + u, c] - top[u]
+        for i in range(B):
+            hits += pick[i] == ts[i]
         correct[s] = hits
+        for c in range(V):
+            for i in range(B):
+                E[c, i] = yt[c, i] - rowtop[i]
         _exp_neg(E.reshape(B * V), ec, bits)
+        sums[:] = E[0]
+        for c in range(1, V):
+            for i in range(B):
+                sums[i] += E[c, i]
+        for i in range(B):
+            tg = ts[i]
+            rest[i] = sums[i] - E[tg, i]  # the others' share
+            ratio[i] = rest[i] / E[tg, i] if E[tg, i] > 0 else zero
+        _log1p(ratio, lc, w, bits)
         ll = zero
         for i in range(B):
             tg = ts[i]
-            sm = zero
-            for c in range(V):
-                sm += E[i, c]
-            others = sm - E[i, tg]
             # log1p(others / E_t) is softplus(log others - log E_t); where E_t underflows, r itself
-            ll -= np.log1p(others / E[i, tg]) if E[i, tg] > 0 else np.log(others) - (yb[i, tg] - yb[i].max())
-            inv = one / (sm * B)
-            for c in range(V):
-                E[i, c] *= inv
-            E[i, tg] = -others * inv  # p_t - 1 as minus the others' probability: exact where p_t rounds to 1
+            ll -= ratio[i] if E[tg, i] > 0 else np.log(rest[i]) - (yt[tg, i] - rowtop[i])
         loglik[s] = ll / B
-        g = E  # the gradient by the logits (B, V)
+        for i in range(B):
+            rowtop[i] = one / (sums[i] * B)  # now 1 / (sum B)
+        for c in range(V):
+            for i in range(B):
+                E[c, i] *= rowtop[i]
+        for i in range(B):  # p_t - 1 as minus the others' probability: exact where p_t rounds to 1
+            E[ts[i], i] = -rest[i] * rowtop[i]
+        g = E.T  # the gradient by the logits (B, V)
         # backward through the logits to Yv, R and the attention
-        gYv[:V] = np.dot(mass.T, g)
+        np.dot(mass, g, gYv[:V])
         if has_rows:
-            gYv[V:] = np.dot(lg.T, g)
+            np.dot(lg.T, g, gYv[V:])
         gR[:] = 0
         if residual:
             for i in range(B):
                 a = xs[i, L - 1]
                 for c in range(V):
                     gR[a, c] += g[i, c]
-        np.dot(g, YvT.T, gM)  # the gradient of a unit of attention on each token
+        np.dot(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
+        for i in range(B):  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
+            sums[i] = mass[0, i] * gM[0, i]
+        for c in range(1, V):
+            for i in range(B):
+                sums[i] += mass[c, i] * gM[c, i]
         if has_rows:
             np.dot(g, YvP.T, gP)  # ... and on each position
         # through the softmax to the table: gs = attn g_attn - attn sum(attn g_attn)
         gT[:] = 0
         for i in range(B):
-            dot = zero  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
-            for c in range(V):
-                dot += mass[i, c] * gM[i, c]
+            dot = sums[i]
             if has_rows:
+                dot += _dot8(lg, i, 0, gP, i, 0, L)
                 for j in range(L):
-                    dot += lg[i, j] * gP[i, j]
-            for j in range(L):
-                t = gM[i, xs[i, j]] + (gP[i, j] if has_rows else zero)
-                gT[at_ij[i, j]] += lg[i, j] * t - lg[i, j] * dot
+                    t = gM[np.uint64(xs[i, j]), i] + gP[i, j]
+                    gT[np.uint64(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+            else:
+                for j in range(L):
+                    t = gM[np.uint64(xs[i, j]), i]
+                    gT[np.uint64(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
         # the table's gradient back to the queries (gA[:, :d]) and keys (gA[:, d:2d])
         gA[:] = 0
         if kind == ROTATE:
@@ -311,16 +416,12 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
                 e, o = 2 * q, 2 * q + 1
                 for b in range(V):
                     ke, ko = K[b, e], K[b, o]
-                    se = zero
-                    so = zero
+                    bV = b * V
                     for a in range(V):
-                        gc, gd = gCD[e, b * V + a], gCD[o, b * V + a]
-                        gQT[e, a] += gc * ke - gd * ko
-                        gQT[o, a] += gc * ko + gd * ke
-                        se += gc * QT[e, a] + gd * QT[o, a]
-                        so += gc * QT[o, a] - gd * QT[e, a]
-                    gA[b, d + e] = se
-                    gA[b, d + o] = so
+                        gQT[e, a] += gCD[e, bV + a] * ke - gCD[o, bV + a] * ko
+                        gQT[o, a] += gCD[e, bV + a] * ko + gCD[o, bV + a] * ke
+                    gA[b, d + e] = _dot8(gCD, e, bV, QT, e, 0, V) + _dot8(gCD, o, bV, QT, o, 0, V)
+                    gA[b, d + o] = _dot8(gCD, e, bV, QT, o, 0, V) - _dot8(gCD, o, bV, QT, e, 0, V)
         else:
             TP[:] = 0  # now the gradient by TP, scaled by 1/sqrt(d)
             if kind == NONE:
@@ -374,7 +475,7 @@ def table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bi
             G[r * d:(r + 1) * d] = gX[r]
 
 
-@njit(cache=True, fastmath={"contract", "arcp"}, nogil=True)
+@njit(cache=True, error_model="numpy", fastmath={"contract", "arcp"}, nogil=True)
 def adam_step(params, grad, m, v, lr, decay, b1, b2, eps, t):
     """One AdamW step in place, in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected
     Adam step), in the parameters' dtype: params, grad, m, v (S, P); lr (S, 1); decay (S, P) per entry, or
@@ -440,15 +541,16 @@ def _mt_randint(state, out, high):
             _mt_next(words)
             left, at = _MT_N + 1, 0
         c = min(left - 1, n - k)
+        w, o = words[at:at + c], out[k:k + c]  # slices: unit-stride loops (indices fixed up per entry would gather)
         for i in range(c):
-            y = words[at + i]
+            y = w[i]
             y ^= y >> _S11
             y ^= (y << _S7) & _B
             y ^= (y << _S15) & _C
             y ^= y >> _S18
             q = np.int64(np.float64(y) * inv)
             r = np.int64(y) - q * high
-            out[k + i] = r - high if r >= high else r
+            o[i] = r - high if r >= high else r
         left -= c
         at += c
         k += c
@@ -488,7 +590,7 @@ def draw_steps(states, xs, high):
             _mt_randint(states[s], xs[i, s].reshape(B * L), high)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, error_model="numpy", nogil=True)
 def train_steps(n, buf, offsets, xs, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits,
                 m, v, lr, decay, b1, b2, eps, t0, loglik, correct, grad, loglik_out, correct_out):
     """``n`` whole training steps of ``table_step`` and ``adam_step`` in one call, with no Python between them
@@ -498,13 +600,14 @@ def train_steps(n, buf, offsets, xs, target, kind, fixed, residual, V, d, n_ep, 
     log-likelihoods into loglik_out[k] and correct predictions into correct_out[k] ((n, S) each). The same
     numbers as the same steps taken one call at a time."""
     _, S, B, L = xs.shape
+    scratch = step_scratch(buf, kind, B, L, V, d, ec)
     for k in range(n):
         x = xs[k % xs.shape[0]]
         for s in range(S):
             for i in range(B):
                 target[s, i] = x[s, i, L - 1 - offsets[s]]
-        table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct,
-                   grad)
+        _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, bias, ec, bits, loglik, correct,
+                    grad, scratch)
         adam_step(buf, grad, m, v, lr, decay, b1, b2, eps, t0 + k + 1)
         loglik_out[k] = loglik
         correct_out[k] = correct

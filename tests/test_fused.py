@@ -1,6 +1,6 @@
 """The compiled CPU step (lengthgen/fused.py) gives the torch table step's numbers: every gradient, the
 log-likelihood and the correct count for every encoding it covers (float64, to rounding), hundreds of
-training steps in float64, float32 within float rounding, and its exponential against numpy's."""
+training steps in float64, float32 within float rounding, its exponential and log1p against numpy's."""
 
 from __future__ import annotations
 
@@ -116,6 +116,21 @@ def test_exponential(dtype: type, tol: float) -> None:
     far = np.array([smallest * 1.1, -np.inf, np.nan], dtype)
     fused._exp_neg(far, fused.exp_constants(dtype), bits[:3])
     assert far[0] == 0 and far[1] == 0 and np.isnan(far[2])
+
+
+@pytest.mark.parametrize("dtype,tol", [(np.float32, 3e-7), (np.float64, 1e-15)])
+def test_log1p(dtype: type, tol: float) -> None:
+    """fused._log1p against numpy's log1p (in float64) for x >= 0: from below the float's precision (where u = 1 + x
+    rounds to 1) past 1e30, the cut at sqrt(2) - 1 on either side, and NaN."""
+    x = np.concatenate([np.geomspace(1e-30, 1e30, 20000), [0.0, 1e-8, 0.41421354, 0.41421357, 1.0, 3.0]]).astype(dtype)
+    bits = np.empty(len(x), np.int32 if dtype == np.float32 else np.int64)
+    y, w = x.copy(), np.empty_like(x)
+    fused._log1p(y, fused.log_constants(fused.exp_constants(dtype)), w, bits)
+    ref = np.log1p(x.astype(np.float64))
+    assert (np.abs(y - ref) <= tol * ref).all(), float((np.abs(y - ref) / np.maximum(ref, 1e-300)).max())
+    nan = np.array([np.nan], dtype)
+    fused._log1p(nan, fused.log_constants(fused.exp_constants(dtype)), w[:1], bits[:1])
+    assert np.isnan(nan[0])
 
 
 @pytest.mark.parametrize("high", [16, 10, 7, 64, 1000])
