@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures as cf
+import contextlib
 import hashlib
 import json
 import os
@@ -39,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import nbformat
 import papermill
@@ -263,6 +264,22 @@ def write_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
     os.replace(tmp, path)
 
 
+@contextlib.contextmanager
+def kernel_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment, which the kernels papermill starts inherit, and afterwards what
+    was there before (a variable that was not set is removed again): a build leaves the process as it found it."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def execute(notebook: Path, quick: bool, layout: Layout = DEFAULT, cell_timeout: float | None = None) -> float:
     """Run one source chapter with papermill into the staged root; returns the seconds it took.
 
@@ -273,10 +290,10 @@ def execute(notebook: Path, quick: bool, layout: Layout = DEFAULT, cell_timeout:
     out.parent.mkdir(parents=True, exist_ok=True)
     running.parent.mkdir(parents=True, exist_ok=True)
     key = chapter_key(notebook, quick, layout)
-    os.environ[BOOK_BUILD_ENV] = "1"  # inherited by the kernel: figures appear only where glued
     start = time.perf_counter()
-    papermill.execute_notebook(str(notebook), str(running), parameters=parameters(quick), kernel_name="python3",
-                               cwd=str(out.parent), execution_timeout=cell_timeout, progress_bar=False)
+    with kernel_environment({BOOK_BUILD_ENV: "1"}):  # figures appear only where glued
+        papermill.execute_notebook(str(notebook), str(running), parameters=parameters(quick), kernel_name="python3",
+                                   cwd=str(out.parent), execution_timeout=cell_timeout, progress_bar=False)
     seconds = time.perf_counter() - start
     nb = nbformat.read(running, as_version=4)
     hide_injected_parameters(nb)
@@ -367,8 +384,9 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
             print(f"{name}: up to date ({meta['seconds']} s when executed)", flush=True)
             continue
         todo.append((nb, missing_for(nb, quick, layout)))
+    env = {BOOK_BUILD_ENV: "1"}  # figures appear only where glued
     if workers > 1:  # chapters side by side: each trains an ensemble's members on one thread (train.run_threads)
-        os.environ.setdefault(THREADS_ENV, "1")
+        env[THREADS_ENV] = os.environ.get(THREADS_ENV, "1")
     before = previous_seconds(layout, quick)
     todo.sort(key=lambda t: -before.get(t[0].stem, report["budgets"][t[0].stem]) if workers > 1 else 0)
     order = {nb.stem: i for i, nb in enumerate(chapters(layout))}
@@ -388,28 +406,30 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
         return BuildError(f"chapter {nb.stem} failed in cell [{e.exec_count}]: {e.ename}: {e.evalue}. Its copy up "
                           f"to the error: {running}. Fix it and rerun: chapters already executed are kept.")
 
-    if workers <= 1 or len(todo) <= 1:
-        for nb, missing in todo:
-            try:
-                finish(nb, missing, execute(nb, quick, layout, cell_timeout))
-            except papermill.PapermillExecutionError as e:
-                raise failed(nb, e) from None
-        return
-    error: BuildError | None = None
-    with cf.ThreadPoolExecutor(workers) as pool:  # papermill runs each kernel as its own process
-        futures = {pool.submit(execute, nb, quick, layout, cell_timeout): (nb, missing) for nb, missing in todo}
-        for future in cf.as_completed(futures):
-            if future.cancelled():
-                continue
-            nb, missing = futures[future]
-            try:
-                finish(nb, missing, future.result())
-            except papermill.PapermillExecutionError as e:
-                error = error or failed(nb, e)
-                for f in futures:
-                    f.cancel()  # those not started yet; the running ones finish and are kept
-    if error is not None:
-        raise error
+    # held while every chapter runs, so that the execute() calls side by side never unset it for each other
+    with kernel_environment(env):
+        if workers <= 1 or len(todo) <= 1:
+            for nb, missing in todo:
+                try:
+                    finish(nb, missing, execute(nb, quick, layout, cell_timeout))
+                except papermill.PapermillExecutionError as e:
+                    raise failed(nb, e) from None
+            return
+        error: BuildError | None = None
+        with cf.ThreadPoolExecutor(workers) as pool:  # papermill runs each kernel as its own process
+            futures = {pool.submit(execute, nb, quick, layout, cell_timeout): (nb, missing) for nb, missing in todo}
+            for future in cf.as_completed(futures):
+                if future.cancelled():
+                    continue
+                nb, missing = futures[future]
+                try:
+                    finish(nb, missing, future.result())
+                except papermill.PapermillExecutionError as e:
+                    error = error or failed(nb, e)
+                    for f in futures:
+                        f.cancel()  # those not started yet; the running ones finish and are kept
+        if error is not None:
+            raise error
 
 
 def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | None = None, html: bool = True,

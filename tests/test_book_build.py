@@ -6,6 +6,7 @@ a second build executes nothing that was done, and an interrupted or failed buil
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -13,7 +14,9 @@ import pytest
 
 from lengthgen import book
 from lengthgen.cache import Cache
+from lengthgen.plots import BOOK_BUILD_ENV
 from lengthgen.sweep import load_grid
+from lengthgen.train import THREADS_ENV
 
 TINY = {"vocab": 4, "dim": 8, "train_length": 8, "offset": 2, "steps": 4, "batch": 8, "target_accuracy": None}
 TOC = "format: jb-book\nroot: book/a\nchapters:\n  - file: book/b\n"
@@ -202,3 +205,20 @@ def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(ti
     with pytest.raises(book.BuildError, match=r"chapter b failed in cell"):
         book.build(tiny, html=False, workers=2, sweeps=False)
     assert (tiny.stage / "book" / "a.ipynb").exists() and not (tiny.stage / "book" / "b.ipynb").exists()
+
+
+def test_kernels_see_the_build_environment_and_the_building_process_gets_its_own_back(
+        tiny: book.Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chapters executed side by side run with LENGTHGEN_BOOK_BUILD=1 (figures only where glued) and
+    LENGTHGEN_THREADS=1 (the other core runs the other chapter); afterwards the building process's environment is
+    as it was (a test process that builds chapters must not draw its later figures as a book build would)."""
+    monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    code = f"import os\nprint('env', os.environ.get({BOOK_BUILD_ENV!r}), os.environ.get({THREADS_ENV!r}))"
+    nbformat.write(notebook(code), tiny.root / "book" / "a.ipynb")
+    before = dict(os.environ)
+    book.build(tiny, html=False, workers=2)
+    assert "env 1 1" in outputs(tiny, "a")
+    assert dict(os.environ) == before
+    book.execute(tiny.root / "book" / "a.ipynb", quick=True, layout=tiny)  # alone, as tests/test_notebooks.py runs it
+    assert "env 1 None" in outputs(tiny, "a") and dict(os.environ) == before
