@@ -264,6 +264,13 @@ def write_atomic(nb: nbformat.NotebookNode, path: Path) -> None:
     os.replace(tmp, path)
 
 
+# The thread pools of torch (OpenMP), numpy's and SciPy's OpenBLAS and MKL: a kernel's code outside training and
+# evaluation (which take one thread, train.cpu_threads) would use one thread per core. With two chapters side by
+# side on two cores, their idle pool threads spin (sched_yield) against the other kernel's work: chapters 5 and 9b
+# took 306 and 322 s side by side with the default pools, 43 and 62 s with one thread each (chapter 5 alone: 33 s).
+POOL_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 @contextlib.contextmanager
 def kernel_environment(values: Mapping[str, str]) -> Iterator[None]:
     """``values`` in this process's environment, which the kernels papermill starts inherit, and afterwards what
@@ -385,8 +392,8 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
             continue
         todo.append((nb, missing_for(nb, quick, layout)))
     env = {BOOK_BUILD_ENV: "1"}  # figures appear only where glued
-    if workers > 1:  # chapters side by side: each trains an ensemble's members on one thread (train.run_threads)
-        env[THREADS_ENV] = os.environ.get(THREADS_ENV, "1")
+    if workers > 1:  # chapters side by side: one thread each, for an ensemble's members and every thread pool
+        env.update({name: os.environ.get(name, "1") for name in (THREADS_ENV, *POOL_THREADS)})
     before = previous_seconds(layout, quick)
     todo.sort(key=lambda t: -before.get(t[0].stem, report["budgets"][t[0].stem]) if workers > 1 else 0)
     order = {nb.stem: i for i, nb in enumerate(chapters(layout))}

@@ -209,16 +209,18 @@ def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(ti
 
 def test_kernels_see_the_build_environment_and_the_building_process_gets_its_own_back(
         tiny: book.Layout, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Chapters executed side by side run with LENGTHGEN_BOOK_BUILD=1 (figures only where glued) and
-    LENGTHGEN_THREADS=1 (the other core runs the other chapter); afterwards the building process's environment is
-    as it was (a test process that builds chapters must not draw its later figures as a book build would)."""
-    monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
-    monkeypatch.delenv(THREADS_ENV, raising=False)
-    code = f"import os\nprint('env', os.environ.get({BOOK_BUILD_ENV!r}), os.environ.get({THREADS_ENV!r}))"
+    """Chapters executed side by side run with LENGTHGEN_BOOK_BUILD=1 (figures only where glued), and with
+    LENGTHGEN_THREADS=1 and every thread pool at one thread (the other core runs the other chapter); afterwards
+    the building process's environment is as it was (a test process that builds chapters must not draw its later
+    figures as a book build would)."""
+    names = (BOOK_BUILD_ENV, THREADS_ENV, *book.POOL_THREADS)
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    code = f"import os\nprint('env', *(os.environ.get(name) for name in {names!r}))"
     nbformat.write(notebook(code), tiny.root / "book" / "a.ipynb")
     before = dict(os.environ)
     book.build(tiny, html=False, workers=2)
-    assert "env 1 1" in outputs(tiny, "a")
+    assert "env 1 1 1 1 1" in outputs(tiny, "a")  # every pool on one thread: the other core has the other chapter
     assert dict(os.environ) == before
     book.execute(tiny.root / "book" / "a.ipynb", quick=True, layout=tiny)  # alone, as tests/test_notebooks.py runs it
-    assert "env 1 None" in outputs(tiny, "a") and dict(os.environ) == before
+    assert "env 1 None None None None" in outputs(tiny, "a") and dict(os.environ) == before
