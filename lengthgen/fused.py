@@ -122,9 +122,7 @@ def _log1p(a, c, w, bits):
     per entry; within 2e-7 (float32) / 1e-15 (float64) relative of numpy's log1p (tests/test_fused.py)."""
     hi, lo, root2 = c[0], c[1], c[2]
     one = root2 / root2
-    zero = one - one
-    width = bits.itemsize * 8
-    bias, shift = (127, 23) if width == 32 else (1023, 52)
+    bias, shift = (127, 23) if bits.itemsize == 4 else (1023, 52)
     mant = (1 << shift) - 1
     ub = w.view(bits.dtype)
     root2_mant = root2 - one  # the mantissa bits of sqrt(2), as a fraction of 2^shift
@@ -194,7 +192,7 @@ def step_scratch(dt_like, kind, B, L, V, d, ec):
     return (cst, lc, np.empty(B, dt), np.empty(B, dt), np.ones((1, max(L, V)), dt),
             np.empty((nX, d), dt), np.empty((nX, Y), dt), np.empty((d, V), dt), np.empty((nX, d), dt),  # X A QT K
             np.empty((nX, d), dt), np.empty((d, V), dt), np.empty((d, V), dt), np.empty((nX, V), dt),  # Av U WoU Yv
-            np.empty((V, V), dt), np.empty((L, V), dt), np.empty((V, V), dt),  # YvT YvP Z
+            np.empty((V, V), dt),  # Z
             np.empty(nT, dt), np.empty(nT, dt), np.empty((d, VV), dt), np.empty((d, VV), dt),  # T gT CD gCD
             np.empty((nX, V), dt), np.empty((B, L), dt), np.empty((B, L), np.int64), np.empty(V, dt),  # TP lg at_ij top
             np.empty((V, B), dt), np.empty((V, B), dt), np.empty((V, B), dt),  # mass yt E
@@ -227,7 +225,7 @@ def _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, b
                 scratch):
     """``table_step`` in the working arrays ``scratch`` (``step_scratch``)."""
     S, B, L = x.shape
-    (cst, lc, ratio, w, ones, X, A, QT, K, Av, U, WoU, Yv, YvT, YvP, Z, T, gT, CD, gCD, TP, lg, at_ij, top, mass, yt, E,
+    (cst, lc, ratio, w, ones, X, A, QT, K, Av, U, WoU, Yv, Z, T, gT, CD, gCD, TP, lg, at_ij, top, mass, yt, E,
      rowtop, pick, sums, rest, gM, gP, gYv, gR, gQT, gQ, gA, gX, gW, gWoU, gU, gWo) = scratch
     one, scale, low = cst[0], cst[1], cst[2]
     zero = one - one
@@ -263,8 +261,7 @@ def _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, b
                 U[k, c] = W[k, 3 * d + c]
         np.dot(Wo, U, WoU)
         np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
-        YvT[:] = Yv[:V]
-        YvP[:nr] = Yv[V:]
+        YvT, YvP = Yv[:V], Yv[V:]  # tokens' and positions' rows (views: contiguous row blocks)
         # the logit table, laid out T[j, b, a] (T[b, a] with no position)
         if kind == ROTATE:
             for q in range(d // 2):
