@@ -24,7 +24,8 @@ import torch
 
 from lengthgen import Config, evaluate, train
 
-from .run import LONG_N, LONG_RULES, LONG_STEPS, LONG_TARGET_STEPS, small_steps, timed
+from .run import (EVAL_LENGTH, EVAL_SAMPLES, LONG_N, LONG_RULES, LONG_STEPS, LONG_TARGET_STEPS, ensemble_config,
+                  long_config, small_steps, timed)
 
 RESULTS = Path(__file__).with_name("results-gpu.json")
 WIDE_SEEDS, WIDE_STEPS = 1000, 50
@@ -34,9 +35,8 @@ def measures(dev: str) -> dict[str, tuple[str, Callable[[], object], float]]:
     """name -> (what, the run, the work it does in the unit reported: 1 for seconds, else a count)."""
     c = Config(encoding="rope")
     small = small_steps(c)
-    long = {rule: Config(train_set=LONG_N, batch=LONG_N, dtype="float64", optimizer=rule, lr=lr, steps=LONG_STEPS,
-                         target_accuracy=None) for rule, lr in LONG_RULES.items()}
-    ens = Config(optimizer="gd", lr=0.3, batch=1024, steps=100, target_accuracy=None)
+    long = {rule: long_config(rule) for rule in LONG_RULES}
+    ens = ensemble_config()
     wide = c.replace(steps=WIDE_STEPS, target_accuracy=None)
 
     def playground() -> None:
@@ -48,7 +48,7 @@ def measures(dev: str) -> dict[str, tuple[str, Callable[[], object], float]]:
         out[f"float64_{rule}"] = (f"float64, full batch N={LONG_N}, {rule} at lr {cfg.lr}: s per {LONG_TARGET_STEPS:.0e} "
                                   f"steps (timed on {LONG_STEPS})",
                                   lambda cfg=cfg: train(cfg, [0], device=dev, progress=False), LONG_STEPS / LONG_TARGET_STEPS)
-    out["ensemble_step"] = ("ensemble step, 10 members, batch 1024, gd: ms per step",
+    out["ensemble_step"] = (f"ensemble step, 10 members, batch {ens.batch}, gd at lr {ens.lr}: ms per step",
                             lambda: train(ens, range(10), device=dev, progress=False), ens.steps / 1e3)
     out["wide"] = (f"{WIDE_SEEDS} seeds as one ensemble, {WIDE_STEPS} steps ({wide.recipe()}): models per s",
                    lambda: train(wide, range(WIDE_SEEDS), device=dev, progress=False), -WIDE_SEEDS)
@@ -57,9 +57,10 @@ def measures(dev: str) -> dict[str, tuple[str, Callable[[], object], float]]:
     def evaluation() -> None:
         if "t" not in trained:
             trained["t"] = train(c, [0], device=dev, progress=False)
-        evaluate(trained["t"], [8192], 1000)
+        evaluate(trained["t"], [EVAL_LENGTH], EVAL_SAMPLES)
 
-    out["evaluate"] = ("evaluate at L=8192, 1000 samples", evaluation, 1)
+    out["evaluate"] = (f"evaluate at L={EVAL_LENGTH}, {EVAL_SAMPLES} samples, a model trained with {c.recipe()}",
+                       evaluation, 1)
     return out
 
 

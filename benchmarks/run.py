@@ -177,10 +177,14 @@ def small_steps_model(c: Config, repeats: int, vs: dict) -> dict:
     return {"steps": int(trained.steps[0]), **t, "baseline_estimate": baseline, "ratio": ratio(baseline, t)}
 
 
+def ensemble_config(batch: int = 1024, steps: int = 100) -> Config:
+    """An ensemble's config as the sweeps train them: RoPE, batch ``batch``, gradient descent at lr 0.3, fixed steps."""
+    return Config(optimizer="gd", lr=0.3, batch=batch, steps=steps, target_accuracy=None)
+
+
 def ensemble_step(repeats: int, members: int = 10, batch: int = 1024, steps: int = 100) -> dict:
-    """Seconds per step of an ensemble as the sweeps train them: ``members`` RoPE members, batch ``batch``,
-    gradient descent, fixed steps."""
-    c = Config(optimizer="gd", lr=0.3, batch=batch, steps=steps, target_accuracy=None)
+    """Seconds per step of ``members`` members of ``ensemble_config``."""
+    c = ensemble_config(batch, steps)
     t = timed(lambda: train(c, range(members), progress=False), repeats)[0]
     return {"members": members, "batch": batch, "steps": steps, **{k: v / steps for k, v in t.items()}}
 
@@ -272,6 +276,13 @@ def flops(c: Config, repeats: int) -> dict:
     return out
 
 
+def long_config(rule: str) -> Config:
+    """A long run's config: float64, a fixed set of LONG_N sequences trained full batch with update rule ``rule`` at
+    its step size of LONG_RULES, LONG_STEPS steps, no early stop."""
+    return Config(train_set=LONG_N, batch=LONG_N, dtype="float64", optimizer=rule, lr=LONG_RULES[rule],
+                  steps=LONG_STEPS, target_accuracy=None)
+
+
 def long_runs(repeats: int) -> dict:
     """Full-batch float64 training (a fixed set of LONG_N sequences, batch = LONG_N) of the default model
     with each update rule the implicit-bias work uses, one thread: steps per second over LONG_STEPS steps
@@ -279,8 +290,7 @@ def long_runs(repeats: int) -> dict:
     out: dict = {"train_set": LONG_N, "steps_timed": LONG_STEPS, "for_steps": LONG_TARGET_STEPS, "rules": {}}
     with threads(1):
         for rule, lr in LONG_RULES.items():
-            c = Config(train_set=LONG_N, batch=LONG_N, dtype="float64", optimizer=rule, lr=lr, steps=LONG_STEPS,
-                       target_accuracy=None)
+            c = long_config(rule)
             t = timed(lambda: train(c, [0], progress=False), repeats)[0]
             out["rules"][rule] = {"lr": lr, **t, "steps_per_s": {k: LONG_STEPS / v for k, v in t.items()},
                                   "seconds_for_target": {k: v * LONG_TARGET_STEPS / LONG_STEPS for k, v in t.items()}}
