@@ -46,7 +46,7 @@ book-quick: venv
 
 # Every grid in sweeps/ into the results cache the chapters read (.lengthgen-cache/), on all cores; the first step
 # of `make book`, alone. Resumable: an interrupted run keeps its finished runs. CI passes
-# SWEEPS_FLAGS=--prune-cache (drop results of other code versions before the cache is saved).
+# SWEEPS_FLAGS=--prune-cache (drop results of other results versions before the cache is saved).
 sweeps: venv
 	$(BIN)/python -m lengthgen.book --sweeps-only $(SWEEPS_FLAGS)
 

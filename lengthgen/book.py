@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
     p.add_argument("--no-build", action="store_true", help="execute only, do not build the HTML")
     p.add_argument("--sweeps-only", action="store_true", help="fill the sweep cache and stop (make sweeps)")
     p.add_argument("--no-sweeps", action="store_true", help="skip the sweep step (chapters compute what is missing)")
-    p.add_argument("--prune-cache", action="store_true", help="first delete cached results of other code versions")
+    p.add_argument("--prune-cache", action="store_true", help="first delete cached results of other results versions (cache.RESULTS_VERSION)")
     p.add_argument("--workers", type=int, default=None,
                    help="processes for the sweeps and chapters executed at once (default: this machine's cores)")
     p.add_argument("--cell-timeout", type=float, default=None, help="seconds per cell (default: no limit)")
@@ -514,7 +514,7 @@ def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
         p.error(f"--workers {a.workers}: use 0 (this process) or a number of processes")
     if a.prune_cache:
         pruned = Cache().prune()
-        print(f"cache: removed {len(pruned)} folders of other code versions: {[p.name for p in pruned]}", flush=True)
+        print(f"cache: removed {len(pruned)} folders of other results versions: {[p.name for p in pruned]}", flush=True)
     try:
         if a.sweeps_only:
             fill_sweeps(layout, a.quick, a.workers)

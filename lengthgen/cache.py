@@ -1,6 +1,6 @@
-"""An on-disk cache of JSON results, keyed by a JSON-able description of the run and the code version.
+"""An on-disk cache of JSON results, keyed by a JSON-able description of the run and the results version.
 
-Layout: ``ROOT/<code version>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
+Layout: ``ROOT/results-v<RESULTS_VERSION>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
 Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``, so a
 reader (or a sweep that was killed mid-write) never sees a half-written entry. An entry that is damaged all the
 same (it does not parse, or its stored key is not the one asked for: a disk error, a hand edit, a copy cut short)
@@ -14,7 +14,6 @@ the current folder when the package is installed elsewhere).
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import logging
@@ -29,33 +28,18 @@ PACKAGE = Path(__file__).resolve().parent
 log = logging.getLogger(__name__)
 
 
-def dependencies(module: str) -> list[str]:
-    """``module`` and every package module it imports, directly or not (``from .x import``,
-    ``from . import x``, ``import lengthgen.x``), as sorted module names."""
-    seen: set[str] = set()
-    todo = [module]
-    while todo:
-        name = todo.pop()
-        path = PACKAGE / f"{name}.py"
-        if name in seen or not path.exists():
-            continue
-        seen.add(name)
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith(PACKAGE.name)):
-                inner = (node.module or "").removeprefix(PACKAGE.name).lstrip(".")
-                todo += [inner.split(".")[0]] if inner else [a.name for a in node.names]
-            elif isinstance(node, ast.Import):
-                todo += [a.name.split(".")[1] for a in node.names if a.name.startswith(PACKAGE.name + ".")]
-    return sorted(seen)
+RESULTS_VERSION = 1
+"""The version of the numbers the cache holds. Bump it in any change that may alter a cached number (the model,
+the training, the task's draws, the evaluation, what a run records); leave it in a change that keeps every number
+(a refactor, a comment, a figure). ``tests/test_results_version.py`` guards it: it reruns a few tiny runs that
+touch every code path behind a cached result and fails when one of their numbers moved while this stayed the same.
+"""
+VERSION_FOLDER = re.compile(r"results-v\d+|[0-9a-f]{16}")  # this scheme's folders and the earlier source-hash ones
 
 
-def code_version(module: str = "sweep") -> str:
-    """A short hash of the sources a result of ``module`` depends on: the module and its package imports.
-    Editing any other module (figures, widgets, the book build) keeps the cache."""
-    h = hashlib.sha256()
-    for name in dependencies(module):
-        h.update(name.encode() + b"\0" + (PACKAGE / f"{name}.py").read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+def results_version() -> str:
+    """The cache folder of the current numbers: ``results-v<RESULTS_VERSION>``."""
+    return f"results-v{RESULTS_VERSION}"
 
 
 def default_root() -> Path:
@@ -72,11 +56,11 @@ def digest(key: dict) -> str:
 
 
 class Cache:
-    """JSON values stored under JSON keys, for one code version (default: the current sources)."""
+    """JSON values stored under JSON keys, for one results version (default: ``results_version()``)."""
 
     def __init__(self, root: str | os.PathLike | None = None, version: str | None = None):
         self.root = Path(root) if root is not None else default_root()
-        self.version = version or code_version()
+        self.version = version or results_version()
         self.folder = self.root / self.version
         self.damaged: set[Path] = set()  # entries found damaged (reported once each)
 
@@ -123,10 +107,11 @@ class Cache:
         return target
 
     def prune(self) -> list[Path]:
-        """Delete the folders of other code versions under the root (no current code reads them); returns them.
-        Only folders named like a version (16 hex digits) are touched."""
+        """Delete the folders of other results versions under the root (no current code reads them); returns them.
+        Only folders named like a version (``results-vN``, or the 16 hex digits of the earlier source-hash keys)
+        are touched."""
         others = [p for p in self.root.iterdir() if p.is_dir() and p != self.folder
-                  and re.fullmatch("[0-9a-f]{16}", p.name)] if self.root.exists() else []
+                  and VERSION_FOLDER.fullmatch(p.name)] if self.root.exists() else []
         for folder in others:
             shutil.rmtree(folder)
         return others

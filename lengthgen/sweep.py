@@ -15,7 +15,7 @@ A grid file is JSON::
 Runs that share their shape and step budget (they differ only in seed, step size, weight decay, early
 stop or offset: ``train.MEMBER_FIELDS``) train as one batched ensemble (``train.train_runs``), up to
 ``MAX_MEMBERS`` runs at a time (``SPLIT_MEMBERS`` without weight decay: ``plan``); a member of an ensemble trains exactly as it would alone, so each
-(config, seed) is cached on its own, keyed by config, seed, evaluation settings, extras and code version. A sweep stopped at any point
+(config, seed) is cached on its own, keyed by config, seed, evaluation settings, extras and results version (cache.RESULTS_VERSION). A sweep stopped at any point
 resumes where it stopped; a finished one reruns from the cache without training.
 
 ``Sweep.frame()`` gives the results as a pandas DataFrame, one row per (config, seed, evaluation length);
@@ -167,7 +167,7 @@ def load_grid(path: str | Path, quick: bool = False) -> Grid:
 
 
 def run_key(grid: Grid, c: Config, seed: int) -> dict:
-    """What a cached run depends on (the cache adds the code version)."""
+    """What a cached run depends on (the cache adds the results version)."""
     return {"config": c.to_dict(), "seed": seed, "lengths": grid.eval_lengths(c), "samples": grid.samples,
             "eval_seed": grid.eval_seed, "record": list(grid.record)}
 

@@ -1,4 +1,4 @@
-"""The results cache: round trip, keys, code version, root selection, atomic writes."""
+"""The results cache: round trip, keys, results version, root selection, atomic writes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lengthgen import cache as cache_mod
-from lengthgen.cache import Cache, code_version, default_root
+from lengthgen.cache import Cache, default_root, results_version
 
 
 def test_round_trip_and_missing(tmp_path: Path) -> None:
@@ -18,27 +18,20 @@ def test_round_trip_and_missing(tmp_path: Path) -> None:
     c.put(key, {"accuracy": [0.5, 0.25]})
     assert c.get(key) == {"accuracy": [0.5, 0.25]}
     assert c.get({**key, "seed": 4}) is None
-    assert Cache(tmp_path, version="v2").get(key) is None  # another code version sees nothing
+    assert Cache(tmp_path, version="v2").get(key) is None  # another results version sees nothing
     assert len(c) == 1
 
 
-def test_code_version_follows_the_imported_sources_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pkg = tmp_path / "lengthgen"
-    pkg.mkdir()
-    (pkg / "sweep.py").write_text("import numpy\nfrom .model import x\nfrom . import task\n")
-    (pkg / "model.py").write_text("from lengthgen.config import y\nx = 1\n")
-    (pkg / "task.py").write_text("")
-    (pkg / "config.py").write_text("y = 1\n")
-    (pkg / "plots.py").write_text("from .sweep import x\n")
-    monkeypatch.setattr(cache_mod, "PACKAGE", pkg)
-    assert cache_mod.dependencies("sweep") == ["config", "model", "sweep", "task"]
-    v1 = code_version()
-    (pkg / "plots.py").write_text("z = 2\n")  # not imported by the sweep: same version
-    assert code_version() == v1
-    (pkg / "config.py").write_text("y = 2\n")  # imported indirectly: new version
-    assert code_version() != v1
-    (pkg / "config.py").write_text("y = 1\n")
-    assert code_version() == v1
+def test_the_folder_is_the_results_version_not_the_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29 item 4: the cache is keyed by an explicit results version, so a refactor or a comment keeps it
+    (no source bytes enter the key); bumping the version hides every earlier result."""
+    c = Cache(tmp_path)
+    assert c.folder == tmp_path / f"results-v{cache_mod.RESULTS_VERSION}" == tmp_path / results_version()
+    c.put({"seed": 0}, {"accuracy": 1.0})
+    monkeypatch.setattr(cache_mod, "PACKAGE", tmp_path / "no sources here")  # the version reads no file
+    assert Cache(tmp_path).get({"seed": 0}) == {"accuracy": 1.0}
+    monkeypatch.setattr(cache_mod, "RESULTS_VERSION", cache_mod.RESULTS_VERSION + 1)
+    assert Cache(tmp_path).get({"seed": 0}) is None
 
 
 def test_root_from_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,11 +123,13 @@ def test_entry_filed_under_another_key_counts_as_missing(tmp_path: Path, caplog:
     assert "stored key differs" in caplog.text and str(c.path({"seed": 0})) in caplog.text
 
 
-def test_prune_removes_only_other_code_versions(tmp_path: Path) -> None:
-    current, old = Cache(tmp_path, version="0123456789abcdef"), Cache(tmp_path, version="fedcba9876543210")
+def test_prune_removes_only_other_results_versions(tmp_path: Path) -> None:
+    current, old = Cache(tmp_path, version="results-v3"), Cache(tmp_path, version="results-v2")
+    hashed = Cache(tmp_path, version="fedcba9876543210")  # a folder of the earlier source-hash keys
     current.put({"seed": 0}, {"accuracy": 1.0})
     old.put({"seed": 0}, {"accuracy": 0.5})
+    hashed.put({"seed": 0}, {"accuracy": 0.5})
     (tmp_path / "notes").mkdir()  # not a version folder: left alone
-    assert current.prune() == [old.folder]
-    assert current.get({"seed": 0}) == {"accuracy": 1.0} and not old.folder.exists() and (tmp_path / "notes").exists()
+    assert sorted(current.prune()) == sorted([old.folder, hashed.folder])
+    assert current.get({"seed": 0}) == {"accuracy": 1.0} and not old.folder.exists() and not hashed.folder.exists() and (tmp_path / "notes").exists()
     assert Cache(tmp_path / "absent", version="v").prune() == []
