@@ -11,6 +11,7 @@ query's mean attention over keys is measured at one evaluation length (``profile
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -19,8 +20,9 @@ import numpy as np
 
 from .config import Config, ConfigError, check_samples
 from .evaluate import evaluate, last_query_profile
+from .optim import Optimizer
 from .recipes import RECIPES
-from .train import Trained, shape_key, train_runs
+from .train import STOP_WINDOW, Trained, shape_key, train_runs
 
 COMPARED = ("rope", "ape")  # the two encodings the playground sets side by side
 PROFILE_SEED = 1  # held-out sample seed of the attention profile (accuracy uses evaluate's default, 0)
@@ -186,3 +188,25 @@ def reading(grid: PlaygroundGrid) -> dict[str, object]:
         out[f"rope_2x_min_{i}"] = float(mean[i, :, :, e["rope"], grid.multiples.index(2)].min())
         out[f"rope_far_{i}"] = float(mean[i, :, :, e["rope"], -1].mean())
     return out
+
+
+# The settings the in-page trainer (plots/trainer.js) reads; it trains what the table step trains (one layer,
+# residual, no MLP, fresh batches, Adam, float64), and ``trainer_config`` refuses anything else.
+TRAINER_FIELDS = ("vocab", "dim", "train_length", "offset", "encoding", "rope_base", "max_length", "init_scale",
+                  "batch", "lr", "steps", "target_accuracy", "weight_decay", "decay_scope")
+
+
+def trainer_config(c: Config) -> dict[str, object]:
+    """``c`` as the in-page trainer reads it (JSON-ready): its ``TRAINER_FIELDS``, Adam's betas and eps as
+    ``optim.Optimizer`` uses them, and the early stop's window (``train.STOP_WINDOW``), so that the page trains
+    the package's recipe from one source. ConfigError for what the trainer does not cover."""
+    unsupported = {"encoding": c.encoding not in COMPARED, "layers": c.layers != 1, "residual": not c.residual,
+                   "mlp": c.mlp, "optimizer": c.optimizer != "adam", "min_train_length": c.min_train_length is not None,
+                   "train_set": c.train_set is not None}
+    bad = [name for name, off in unsupported.items() if off]
+    if bad:
+        raise ConfigError(f"the in-page trainer covers one layer with a residual stream, no MLP, Adam on fresh batches "
+                          f"and {' or '.join(COMPARED)}; change {', '.join(f'{n}={getattr(c, n)!r}' for n in bad)}")
+    defaults = inspect.signature(Optimizer).parameters
+    return {**{name: getattr(c, name) for name in TRAINER_FIELDS}, "betas": list(defaults["betas"].default),
+            "eps": defaults["eps"].default, "stop_window": STOP_WINDOW}
