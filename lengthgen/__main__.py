@@ -16,13 +16,16 @@ from typing import Sequence
 
 import numpy as np
 
-from .config import DECAY_SCOPES, DTYPES, ENCODINGS, OPTIMIZER_NAMES, Config, ConfigError, check_length, check_memory
+from .config import (DECAY_SCOPES, DTYPES, ENCODINGS, OPTIMIZER_NAMES, Config, ConfigError, check_length, check_memory,
+                     usable_cores)
 from .evaluate import Evaluation, evaluate
 from .recipes import RECIPES, with_recipe
 from .train import train
 
 HEADLINE_SEEDS = (0, 1, 2)
 HEADLINE_MULTIPLES = (1, 2, 4, 8, 16)
+MAXMARGIN_COEFFICIENTS = 2**20  # train length x width of the largest hard-margin problem maxmargin solves (l2: ~1 min)
+MAXMARGIN_KERNEL = 2**26  # multiple x train length x width: the beyond-window kernel's cosines and sines (1 GB)
 
 
 def add_config_flags(p: argparse.ArgumentParser) -> None:
@@ -173,6 +176,9 @@ def cmd_sweep(a: argparse.Namespace) -> None:
 
     if a.workers < 0:
         raise ConfigError(f"--workers {a.workers}: use 0 (run in this process) or a number of local processes")
+    if a.scheduler is None and a.workers > usable_cores():
+        raise ConfigError(f"--workers {a.workers}: this process may use {usable_cores()} CPU core(s) and each worker "
+                          f"trains on one; use at most {usable_cores()}")
     grid = load_grid(a.grid_file, quick=a.quick)
     result = run_sweep(grid, Cache(a.cache), workers=a.workers, scheduler=a.scheduler, progress=not a.json)
     if a.json:
@@ -191,11 +197,31 @@ def cmd_analyze(a: argparse.Namespace) -> None:
     print(json.dumps(report) if a.json else format_report(report))
 
 
+def check_maxmargin_args(a: argparse.Namespace) -> None:
+    """The maxmargin flags, checked before the solver runs: the same rules as ``Config`` for the offset, training
+    length, width and RoPE base (an odd width has no RoPE pairs, a base <= 1 no frequencies), and sizes that the
+    solver and the beyond-window kernel can handle."""
+    from .maxmargin import NORMS
+
+    if a.geometry not in NORMS:
+        raise ConfigError(f"--geometry {a.geometry!r}: use one of {', '.join(NORMS)}")
+    if a.multiple < 2:
+        raise ConfigError(f"--multiple {a.multiple}: look at least 2 x the training length beyond the window")
+    T, d = max(a.train_length, 1), max(a.dim, 1)  # values below 1: Config's checks below say what to change
+    if T * d > MAXMARGIN_COEFFICIENTS:
+        raise ConfigError(f"--train-length {T} x --dim {d} is a hard-margin problem of {T * d:,} coefficients, "
+                          f"over the {MAXMARGIN_COEFFICIENTS:,} this command solves; lower --train-length or --dim")
+    if a.multiple * T * d > MAXMARGIN_KERNEL:
+        raise ConfigError(f"--multiple {a.multiple} x --train-length {T} x --dim {d}: the kernel beyond the window "
+                          f"would take {a.multiple * T * d:,} values, over {MAXMARGIN_KERNEL:,}; lower --multiple")
+    # the smallest model with these settings: Config's checks and messages for offset, train_length, dim, rope_base
+    Config(vocab=2, batch=1, offset=a.offset, train_length=a.train_length, dim=a.dim, rope_base=a.rope_base)
+
+
 def cmd_maxmargin(a: argparse.Namespace) -> None:
     from .maxmargin import report, format_report, solve
 
-    if a.multiple < 2:
-        raise ConfigError(f"--multiple {a.multiple}: look at least 2 x the training length beyond the window")
+    check_maxmargin_args(a)
     rep = report(solve(a.offset, a.train_length, a.dim, a.rope_base, a.geometry), a.multiple)
     rep["rope_base"] = a.rope_base
     print(json.dumps(rep) if a.json else format_report(rep))

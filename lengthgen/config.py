@@ -314,8 +314,8 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
     """The largest allocations of a run, as {what: (bytes, the settings that make it large)}.
 
     ``length=None``: training ``members`` ensemble members at the training length (parameters with their
-    gradients and Adam moments, activations kept for the backward pass). ``length=L``: evaluating them at
-    length L on ``samples`` held-out sequences (no gradients; sequences in chunks like
+    gradients and Adam moments, activations kept for the backward pass, the per-step loss and accuracy).
+    ``length=L``: evaluating them at length L on ``samples`` held-out sequences (no gradients; sequences in chunks like
     ``evaluate.forward_chunks``). A one-layer model runs on vocabulary tables (``tables.py``):
     a (S, V, V, L) logit table and (S, V, L, d) keys; deeper models run on (S, B, L, d) activations and
     (S, B, L, L) attention in every layer below the last. Rough (a small multiple of the largest tensors),
@@ -335,6 +335,8 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
         terms["APE table (max_length x dim)"] = (S * c.max_length * d * F * copies, ("max_length", "dim"))
     if training:
         batch, f_act = c.batch, 2  # forward value and gradient
+        # the loss (in the model's dtype) and accuracy (float32) of every step, kept for the whole budget
+        terms["training history (steps)"] = (S * c.steps * (F + 4), ("steps",))
     else:
         batch, f_act = min(int(samples), eval_chunk(S, L, d, one_layer=n == 1)), 1
         terms["held-out tokens (samples x length)"] = (int(samples) * L * I, ("samples", "the evaluation length"))

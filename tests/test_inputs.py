@@ -182,6 +182,12 @@ def test_evaluation_length_too_long_for_memory(tiny) -> None:
         (["train", "--samples", "100000000000"], "lower samples"),
         (["train", "--max-length", "0"], "max_length=0"),
         (["sweep", "sweeps/budget.json", "--workers", "-1"], "--workers -1"),
+        (["sweep", "sweeps/budget.json", "--workers", "100000"], "use at most"),
+        (["train", "--steps", "10000000000000"], "lower steps"),
+        (["maxmargin", "--geometry", "pairs", "--rope-base", "0"], "rope_base=0.0: use a base above 1"),
+        (["maxmargin", "--geometry", "linf", "--dim", "3"], "dim=3: use an even width"),
+        (["maxmargin", "--train-length", "100000"], "lower --train-length or --dim"),
+        (["maxmargin", "--multiple", "1000000"], "lower --multiple"),
     ],
 )
 def test_cli_rejects_bad_input_at_once(argv: list[str], words: str, capsys, monkeypatch) -> None:
@@ -189,6 +195,7 @@ def test_cli_rejects_bad_input_at_once(argv: list[str], words: str, capsys, monk
         raise AssertionError(f"{argv} started training: check the input before training")
 
     monkeypatch.setattr(train_module, "_train", no_training)  # every training path goes through the one loop
+    monkeypatch.setattr("lengthgen.maxmargin.solve", no_training)  # nor may maxmargin start its solver
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and words in err, err
