@@ -21,7 +21,7 @@ import numpy as np
 from .config import Config, ConfigError, check_samples
 from .evaluate import evaluate, last_query_profile
 from .optim import Optimizer
-from .recipes import RECIPES
+from .recipes import RECIPES, SMALL_STEPS, Recipe
 from .train import STOP_WINDOW, Trained, shape_key, train_runs
 
 COMPARED = ("rope", "ape")  # the two encodings the playground sets side by side
@@ -210,3 +210,68 @@ def trainer_config(c: Config) -> dict[str, object]:
     defaults = inspect.signature(Optimizer).parameters
     return {**{name: getattr(c, name) for name in TRAINER_FIELDS}, "betas": list(defaults["betas"].default),
             "eps": defaults["eps"].default, "stop_window": STOP_WINDOW}
+
+
+# Chapter 7's "train here": the controls' ranges, the small-step recipe sized for a browser, what the page shows.
+HERE_LENGTHS = (4, 64)  # the training lengths the page offers (T slider); 16 T stays within max_length = 1024
+HERE_SEEDS = (0, 9999)  # the seeds the page offers
+HERE_MULTIPLES = (1, 2, 4, 8, 16)  # evaluation lengths, multiples of T
+BROWSER_STEPS = 2000  # the browser's small-step recipe: SMALL_STEPS within this budget (the same lr x steps)
+BROWSER_SMALL_STEPS = Recipe(f"{SMALL_STEPS.name}, sized for the browser", **SMALL_STEPS.quick(BROWSER_STEPS))
+_T_MARK, _K_MARK = 4000001, 5000003  # values no control gives, to read the package's messages as templates
+
+
+def refusals() -> dict[str, str]:
+    """The package's own ConfigError messages for the settings the page's controls set (training length T,
+    offset K), as templates with "{T}" and "{K}" where the values go: "T_whole", "T_low" (T < 1), "K_whole",
+    "K_low" (K < 1) and "K_high" (K >= T). Read from ``config.validate`` itself, so the page refuses a setting
+    with the words the package uses."""
+    cases = {"T_whole": (dict(train_length=_T_MARK + 0.5), {_T_MARK + 0.5: "{T}"}),
+             "T_low": (dict(train_length=-_T_MARK), {-_T_MARK: "{T}"}),
+             "K_whole": (dict(offset=_K_MARK + 0.5), {_K_MARK + 0.5: "{K}"}),
+             "K_low": (dict(offset=-_K_MARK), {-_K_MARK: "{K}"}),
+             "K_high": (dict(train_length=_T_MARK, offset=_K_MARK), {_T_MARK: "{T}", _K_MARK: "{K}"})}
+    out = {}
+    for name, (fields, marks) in cases.items():
+        try:
+            Config(**fields)
+        except ConfigError as e:
+            text = str(e)
+        else:
+            raise AssertionError(f"Config({fields}) was accepted; refusals() expected a ConfigError")
+        for value, slot in marks.items():
+            text = text.replace(repr(value), slot)
+        out[name] = text
+    return out
+
+
+def grid_points(grid: PlaygroundGrid) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
+    """The grid's accuracies as the page reads them: recipe -> "T,K" -> encoding -> (nM, S) per seed."""
+    return {name: {f"{T},{K}": {enc: grid.accuracy[r, t, k, e].round(4).tolist() for e, enc in enumerate(grid.encodings)}
+                   for t, T in enumerate(grid.train_lengths) for k, K in enumerate(grid.offsets)}
+            for r, name in enumerate(grid.recipes)}
+
+
+def train_here(grid: PlaygroundGrid, base: Config, recipes: Mapping[str, Recipe], samples: int,
+               start: tuple[str, int, int] | None = None) -> dict[str, object]:
+    """What the page's "train here" panel needs (JSON-ready): the trainer's settings (``trainer_config`` of
+    ``base``), the recipes it offers (``recipes``, those of the grid, then ``BROWSER_SMALL_STEPS``; each with its
+    settings in words), the controls' ranges and first values (``start``: recipe, T, K; default: the first recipe
+    at ``base``'s T and K), the package's refusals, the evaluation multiples and held-out ``samples``, chance, and
+    the grid's per-seed accuracies to set beside the reader's run where (recipe, T, K) is on the grid."""
+    offered = {**{name: Recipe.of(base.replace(**r), name) for name, r in recipes.items()},
+               BROWSER_SMALL_STEPS.name: BROWSER_SMALL_STEPS}
+    check_samples(samples)
+    recipe, T, K = start or (next(iter(offered)), base.train_length, base.offset)
+    if recipe not in offered:
+        raise ConfigError(f"start recipe {recipe!r}: use one of {', '.join(offered)}")
+    return {
+        "config": trainer_config(base),
+        "recipes": {name: {"fields": {k: r[k] for k in ("lr", "steps", "target_accuracy", "weight_decay")},
+                           "text": r.apply(base).recipe(), "on_grid": name in grid.recipes}
+                    for name, r in offered.items()},
+        "start": {"recipe": recipe, "T": T, "K": K, "seed": 0},
+        "lengths": list(HERE_LENGTHS), "seeds": list(HERE_SEEDS), "multiples": list(HERE_MULTIPLES),
+        "samples": samples, "chance": base.chance, "refusals": refusals(),
+        "grid": {"multiples": grid.multiples, "seeds": grid.seeds, "samples": grid.samples, "points": grid_points(grid)},
+    }

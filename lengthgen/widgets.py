@@ -24,6 +24,15 @@ from .plots import LABELS, accuracy_vs_length
 from .train import Trained, train
 
 PROGRESS_EVERY = 100  # training steps between progress-bar updates (each update is a message to the front end)
+LABEL_PX, READOUT_PX = 130, 60  # a control's description and a slider's value readout
+PX_PER_VALUE, MIN_TRACK_PX = 8, 300  # a slider's track: long enough that a small drag moves one value
+
+
+def slider_layout(low: int, high: int, step: int = 1) -> w.Layout:
+    """A slider's layout with a track of at least PX_PER_VALUE pixels per value (and MIN_TRACK_PX): ipywidgets'
+    default 300 px for the whole control left 74 px of track for 15 values after the description and readout."""
+    values = (high - low) // step + 1
+    return w.Layout(width=f"{LABEL_PX + max(MIN_TRACK_PX, PX_PER_VALUE * values) + READOUT_PX}px")
 
 
 class Playground:
@@ -41,12 +50,16 @@ class Playground:
                  recipes: Mapping[str, Mapping[str, object]] | None = None, recipe: str | None = None):
         self.base, self.multiples, self.samples = base, list(multiples), samples
         self.recipes = {name: dict(fields) for name, fields in (recipes or {}).items()}
-        style = dict(description_width="130px")
-        slider = dict(continuous_update=False, style=style)
-        self.train_length = w.IntSlider(value=base.train_length, min=8, max=64, step=4, description="training length T", **slider)
-        self.offset = w.IntSlider(value=base.offset, min=1, max=8, description="offset K", **slider)
-        self.vocab = w.IntSlider(value=base.vocab, min=2, max=64, description="vocabulary V", **slider)
-        self.seeds = w.IntSlider(value=seeds, min=1, max=8, description="seeds", **slider)
+        style = dict(description_width=f"{LABEL_PX}px")
+
+        def slider(low: int, high: int, step: int = 1, **kw: object) -> w.IntSlider:
+            return w.IntSlider(min=low, max=high, step=step, continuous_update=False, style=style,
+                               layout=slider_layout(low, high, step), **kw)
+
+        self.train_length = slider(8, 64, 4, value=base.train_length, description="training length T")
+        self.offset = slider(1, 8, value=base.offset, description="offset K")
+        self.vocab = slider(2, 64, value=base.vocab, description="vocabulary V")
+        self.seeds = slider(1, 8, value=seeds, description="seeds")
         self.encoding = w.Dropdown(options=[(LABELS[e], e) for e in ENCODINGS], value=base.encoding,
                                    description="encoding", style=style)
         if recipe is not None and recipe not in self.recipes:

@@ -260,3 +260,60 @@ def test_live_playground_starts_at_the_recipe_asked_for() -> None:
     assert Playground(TINY, recipes=RECIPES).recipe.value == next(iter(RECIPES))
     with pytest.raises(ConfigError, match="fast, slow"):
         Playground(TINY, recipes=RECIPES, recipe="medium")
+
+
+def test_live_sliders_have_a_track_for_every_value() -> None:
+    """Issue 31, item 5: the T slider (8-64 by 4) had 74 px of track; now at least 8 px per value and 300 px."""
+    from lengthgen.widgets import LABEL_PX, READOUT_PX
+
+    pg = Playground(TINY, seeds=1, multiples=(1,), samples=8)
+    for s in (pg.train_length, pg.offset, pg.vocab, pg.seeds):
+        track = int(s.layout.width.removesuffix("px")) - LABEL_PX - READOUT_PX
+        values = (s.max - s.min) // s.step + 1
+        assert track >= max(300, 8 * values), f"{s.description}: {track} px of track for {values} values"
+
+
+# --- the page's "train here" panel ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("T, K", [(4000001.5, 2), (32, 2.5), (-3, 2), (32, 0), (32, -4), (8, 8), (8, 20)])
+def test_refusals_are_the_package_messages(T: float, K: float) -> None:
+    """Each template, filled as the page fills it, is exactly the package's ConfigError for those values."""
+    with pytest.raises(ConfigError) as caught:
+        lg.Config(train_length=T, offset=K)
+    templates = playground.refusals()
+    filled = [t.replace("{T}", repr(T)).replace("{K}", repr(K)) for t in templates.values()]
+    assert str(caught.value) in filled, (str(caught.value), templates)
+
+
+def test_train_here_spec_carries_the_recipes_the_grid_and_the_package_settings(tiny_grid: PlaygroundGrid) -> None:
+    import json
+    import inspect
+
+    from lengthgen.optim import Optimizer
+    from lengthgen.train import STOP_WINDOW
+
+    spec = playground.train_here(tiny_grid, TINY, RECIPES, samples=50)
+    json.dumps(spec)  # JSON-ready
+    names = list(spec["recipes"])
+    assert names == list(RECIPES) + [playground.BROWSER_SMALL_STEPS.name]
+    browser = spec["recipes"][playground.BROWSER_SMALL_STEPS.name]
+    assert browser["fields"]["lr"] * browser["fields"]["steps"] == pytest.approx(recipes.SMALL_STEPS.lr * recipes.SMALL_STEPS.steps, rel=1e-2)
+    assert not browser["on_grid"] and all(spec["recipes"][n]["on_grid"] for n in RECIPES)
+    assert "lr 0.001" in browser["text"] and "2000 steps" in browser["text"]
+    assert spec["config"]["betas"] == list(inspect.signature(Optimizer).parameters["betas"].default)
+    assert spec["config"]["stop_window"] == STOP_WINDOW and spec["config"]["vocab"] == TINY.vocab
+    r, t, k = 0, 1, 0
+    name, T, K = list(tiny_grid.recipes)[r], tiny_grid.train_lengths[t], tiny_grid.offsets[k]
+    assert np.allclose(spec["grid"]["points"][name][f"{T},{K}"]["ape"], tiny_grid.accuracy[r, t, k, 1], atol=1e-4)
+    assert spec["start"] == {"recipe": names[0], "T": TINY.train_length, "K": TINY.offset, "seed": 0}
+    with pytest.raises(ConfigError, match="in-page trainer"):
+        playground.trainer_config(TINY.replace(encoding="alibi"))
+
+
+def test_train_here_html_is_self_contained(tiny_grid: PlaygroundGrid) -> None:
+    from lengthgen.plots.playground_figure import train_here_html
+
+    page = train_here_html(playground.train_here(tiny_grid, TINY, RECIPES, samples=50))
+    assert "http://" not in page and "https://" not in page and "src=" not in page, "the panel loads nothing"
+    assert page.count("<script") == 3 and "lengthgenTrainer" in page and "new Worker" in page
+    assert len(page) < 60_000, f"the panel is {len(page)} bytes"

@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import html
+import json
+from importlib import resources
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,3 +102,56 @@ def playground_grid(grid: "PlaygroundGrid", active: tuple[str, int, int] | None 
         menu.update(x=0, xanchor="left", y=1 + 162 / 620, yanchor="top")
     return fig
 
+
+
+TRAIN_HERE_ID = "lengthgen-train-here"  # the panel's element id (one per page)
+PX_PER_STEP = 8  # a slider's track: at least this many pixels per value, so that a small drag moves one value
+
+
+def _script_text(name: str) -> str:
+    """A script shipped beside this module, made safe to sit inside a <script> element."""
+    text = resources.files(__package__).joinpath(name).read_text()
+    if "</script" in text.lower():
+        raise ValueError(f"{name} holds '</script', which would end its <script> element early")
+    return text
+
+
+def train_here_html(spec: dict) -> str:
+    """Chapter 7's "train here" panel as one HTML block: the controls (T and K sliders with number boxes, a
+    seed, the recipe menu labelled with each recipe's settings), the train button, a progress bar per encoding,
+    the training and result figures and the comparison table; ``spec`` (``playground.train_here``) as JSON, the
+    trainer (``trainer.js``) as the text its Web Workers are made from, and ``train_here.js``, which runs the
+    panel. Nothing is loaded from elsewhere: plotly.js is the page's own."""
+    start, (lo, hi) = spec["start"], spec["lengths"]
+
+    def slider(name: str, label: str, low: int, high: int, value: int) -> str:
+        width = max(300, PX_PER_STEP * (high - low))
+        return (f'<label style="display:block;margin:4px 0">{label} '
+                f'<input type="range" data-lg="{name}-range" min="{low}" max="{high}" step="1" value="{value}" '
+                f'style="width:{width}px;max-width:60%;vertical-align:middle" aria-label="{label}"> '
+                f'<input type="number" data-lg="{name}-value" value="{value}" step="1" style="width:5em" '
+                f'aria-label="{label}, typed"></label>')
+
+    options = "".join(f'<option value="{html.escape(name)}"{" selected" if name == start["recipe"] else ""}>'
+                      f'{html.escape(name)}: {html.escape(r["text"])}</option>' for name, r in spec["recipes"].items())
+    bars = "".join(f'<div><progress data-lg="progress-{enc}" max="1" value="0" style="width:300px"></progress> '
+                   f'<span data-lg="progress-{enc}-text"></span></div>' for enc in ("rope", "ape"))
+    data = json.dumps(spec, separators=(",", ":")).replace("<", "\\u003c")
+    script = _script_text("train_here.js").replace("{panel_id}", TRAIN_HERE_ID)
+    return (
+        f'<div id="{TRAIN_HERE_ID}" class="lengthgen-train-here" data-state="loading">'
+        + slider("T", "training length T", lo, hi, start["T"])
+        + slider("K", "offset K", 1, hi - 1, start["K"])
+        + f'<label style="display:block;margin:4px 0">seed <input type="number" data-lg="seed" value="{start["seed"]}" '
+          f'min="{spec["seeds"][0]}" max="{spec["seeds"][1]}" step="1" style="width:6em"></label>'
+        + f'<label style="display:block;margin:4px 0">recipe <select data-lg="recipe">{options}</select></label>'
+        + '<p data-lg="message" role="alert" style="color:#b00020;font-weight:bold;min-height:1.2em;margin:4px 0"></p>'
+        + '<p data-lg="on-grid" style="margin:4px 0"></p>'
+        + '<button type="button" data-lg="train" style="font-size:1.05em;padding:4px 16px">train RoPE and APE here</button>'
+        + f'<p data-lg="status" style="margin:6px 0"></p>{bars}'
+        + '<div data-lg="training" style="width:100%"></div><div data-lg="result" style="width:100%"></div>'
+        + '<table data-lg="table" style="font-size:0.9em"></table>'
+        + f'<script type="application/json" class="lg-spec">{data}</script>'
+        + f'<script type="text/plain" class="lg-trainer">{_script_text("trainer.js")}</script>'
+        + f"<script>{script}</script></div>"
+    )

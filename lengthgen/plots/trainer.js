@@ -76,26 +76,39 @@
 
     // Products of row-major matrices, written into C (m, n) or added to it (add): loops in the order that reads
     // memory in turn
-    function mmInto(m, n, k, A, B, C, add) {  // C = A (m, k) @ B (k, n)
+    function mmInto(m, n, k, A, B, C, add) {  // C = A (m, k) @ B (k, n); four rows of B at a time
         C = C || new Float64Array(m * n);
-        if (!add) C.fill(0);
         for (var i = 0; i < m; i++) {
-            var ci = i * n;
-            for (var l = 0; l < k; l++) {
-                var a = A[i * k + l], bl = l * n;
-                if (a !== 0) for (var j = 0; j < n; j++) C[ci + j] += a * B[bl + j];
+            var ci = i * n, ai = i * k, l = 0, j;
+            if (!add) for (j = 0; j < n; j++) C[ci + j] = 0;
+            for (; l + 3 < k; l += 4) {
+                var a0 = A[ai + l], a1 = A[ai + l + 1], a2 = A[ai + l + 2], a3 = A[ai + l + 3];
+                var b0 = l * n, b1 = b0 + n, b2 = b1 + n, b3 = b2 + n;
+                for (j = 0; j < n; j++) C[ci + j] += a0 * B[b0 + j] + a1 * B[b1 + j] + a2 * B[b2 + j] + a3 * B[b3 + j];
+            }
+            for (; l < k; l++) {
+                var a = A[ai + l], bl = l * n;
+                for (j = 0; j < n; j++) C[ci + j] += a * B[bl + j];
             }
         }
         return C;
     }
-    function mtmInto(m, n, k, A, B, C, add) {  // C = A (k, m)^T @ B (k, n)
+    function mtmInto(m, n, k, A, B, C, add) {  // C = A (k, m)^T @ B (k, n); four rows of B at a time
         C = C || new Float64Array(m * n);
         if (!add) C.fill(0);
-        for (var l = 0; l < k; l++) {
-            var al = l * m, bl = l * n;
-            for (var i = 0; i < m; i++) {
-                var a = A[al + i], ci = i * n;
-                if (a !== 0) for (var j = 0; j < n; j++) C[ci + j] += a * B[bl + j];
+        var l = 0, i, j;
+        for (; l + 3 < k; l += 4) {
+            var b0 = l * n, b1 = b0 + n, b2 = b1 + n, b3 = b2 + n;
+            for (i = 0; i < m; i++) {
+                var a0 = A[l * m + i], a1 = A[(l + 1) * m + i], a2 = A[(l + 2) * m + i], a3 = A[(l + 3) * m + i], ci = i * n;
+                for (j = 0; j < n; j++) C[ci + j] += a0 * B[b0 + j] + a1 * B[b1 + j] + a2 * B[b2 + j] + a3 * B[b3 + j];
+            }
+        }
+        for (; l < k; l++) {
+            var bl = l * n;
+            for (i = 0; i < m; i++) {
+                var a = A[l * m + i], ck = i * n;
+                for (j = 0; j < n; j++) C[ck + j] += a * B[bl + j];
             }
         }
         return C;
@@ -240,7 +253,7 @@
             var zs = 0;
             for (k = 0; k < V; k++) { g[k] = Math.exp(z[k] - top); zs += g[k]; }
             var lse = Math.log(zs) + top, others = 0;
-            for (k = 0; k < V; k++) { g[k] = Math.exp(z[k] - lse); if (k !== tg) others += g[k]; }
+            for (k = 0; k < V; k++) { g[k] /= zs; if (k !== tg) others += g[k]; }
             var r = Math.log(others) - (z[tg] - lse);
             loglik -= r > SOFTPLUS_THRESHOLD ? r : Math.log1p(Math.exp(r));
             g[tg] = -others;
