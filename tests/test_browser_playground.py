@@ -1,5 +1,6 @@
 """Chapter 7's static playground in headless Chromium (issue 12, item 3): the grid figure's two sliders
-(training length T, offset K) and its recipe buttons act independently, as a reader moves them.
+(training length T, offset K) and its recipe buttons act independently, as a reader moves them. And its
+"train here" panel (issue 30): the page trains RoPE and APE itself (lengthgen/plots/trainer.js in Web Workers).
 
 On the built page (served from _build/html) the test clicks the controls one at a time, in an order
 that only works if each keeps its value while another moves, and after every click checks that the
@@ -8,12 +9,21 @@ the mean accuracy lines of RoPE and APE equal the chapter's own printed summary 
 point (and the target line sits K back). A synthetic page shows that the check fails on a figure whose
 controls cannot combine (the same figure without the page script).
 
+On the built page the panel is driven as a reader would: at the book's default setting (first fit, T=32, K=2,
+seed 0) RoPE reaches >= 0.99 at 1x and APE is within CHANCE_TOLERANCE of 1/V at every longer length; at a
+setting on the grid (first fit, T=16, K=2) every length of the grid agrees with the grid's seeds within their
+spread (the page's rule: 2 standard deviations of the seeds + 3 binomial standard errors of the held-out
+samples); a setting off the grid (T=20, K=5) trains and draws, with nothing to compare; K >= T and a fractional
+K are refused with exactly the package's ConfigError message and the button off; nothing leaves 127.0.0.1.
+A synthetic page checks the refusals without a build.
+
 Skips, with the command to run, when there is no build or no chromium (fails under `make test`, like
 tests/test_browser.py).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -25,8 +35,9 @@ import pytest
 from playwright.sync_api import BrowserContext, Locator, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser_util import console_problems, open_page, serve
-from lengthgen import book, plots
+from browser_util import console_problems, open_page, outside_requests, serve
+from lengthgen import Config, ConfigError, book, playground, plots
+from lengthgen.plots.playground_figure import TRAIN_HERE_ID, train_here_html
 from test_browser import ALLOWED_ERRORS, context, unavailable  # noqa: F401 (context: the browser fixture)
 from test_playground import fake_grid
 
@@ -204,3 +215,129 @@ def test_summary_table_parses_the_chapter_format() -> None:
     table = summary_table(text)
     assert set(table) == {(r, 8, K) for r in ("first fit", "small steps") for K in (1, 2)}
     assert table["small steps", 8, 2]["ape"].shape == (2,)
+
+
+# --- "train here": the page trains the model itself --------------------------------------------------------
+
+PANEL = f"#{TRAIN_HERE_ID}"
+CHANCE_TOLERANCE = 0.05  # APE past 1x: |accuracy - 1/V| (500 held-out sequences: ~4.5 binomial standard errors)
+TRAIN_TIMEOUT_MS = 180_000  # a first-fit pair takes a few seconds; generous for a busy 2-core machine
+
+
+def set_controls(page: Page, T: object = None, K: object = None, seed: object = None, recipe: str | None = None) -> None:
+    """Type T, K and the seed into the panel's number boxes and pick the recipe, as a reader would."""
+    panel = page.locator(PANEL)
+    for name, value in (("T-value", T), ("K-value", K), ("seed", seed)):
+        if value is not None:
+            panel.locator(f'[data-lg="{name}"]').fill(str(value))
+    if recipe is not None:
+        panel.locator('[data-lg="recipe"]').select_option(recipe)
+
+
+def train_in_page(page: Page) -> dict:
+    """Press train and wait for both encodings: the panel's result (data-result)."""
+    panel = page.locator(PANEL)
+    panel.locator('[data-lg="train"]').click()
+    page.wait_for_function(f"() => ['done', 'error'].includes(document.querySelector('{PANEL}').dataset.state)",
+                           timeout=TRAIN_TIMEOUT_MS)
+    assert panel.get_attribute("data-state") == "done", panel.locator('[data-lg="status"]').inner_text()
+    return json.loads(panel.get_attribute("data-result"))
+
+
+def drawn(page: Page, name: str) -> dict:
+    """A panel figure as drawn: its title and the number of points of each trace."""
+    return page.locator(PANEL).locator(f'[data-lg="{name}"]').evaluate(
+        "gd => ({title: gd._fullLayout ? gd._fullLayout.title.text : '', n: (gd._fullData || []).map(t => t._length)})")
+
+
+def refusal_problems(page: Page) -> list[str]:
+    """K >= T and a fractional K: the panel shows the package's own message and keeps the button off; a good
+    setting clears it."""
+    problems = []
+    for T, K in [(32, 40), (16, 16), (32, 2.5), (32, 0)]:
+        with pytest.raises(ConfigError) as caught:
+            Config(train_length=T, offset=K)
+        set_controls(page, T=T, K=K)
+        panel = page.locator(PANEL)
+        shown = panel.locator('[data-lg="message"]').inner_text()
+        if shown != str(caught.value):
+            problems.append(f"T={T}, K={K}: the panel says {shown!r}, the package {str(caught.value)!r}")
+        if not panel.locator('[data-lg="train"]').is_disabled() or panel.get_attribute("data-state") != "refused":
+            problems.append(f"T={T}, K={K}: the train button is not off")
+    set_controls(page, T=32, K=2)
+    if page.locator(PANEL).locator('[data-lg="message"]').inner_text() or page.locator(PANEL).get_attribute("data-state") == "refused":
+        problems.append("T=32, K=2: still refused after a good setting")
+    return problems
+
+
+def test_train_here_trains_in_the_built_page(context: BrowserContext, capsys: pytest.CaptureFixture) -> None:
+    if not (book.HTML / f"{PAGE}.html").exists():
+        unavailable(f"no built {PAGE}.html in {book.HTML}: run `make book-quick` first (make test builds it)")
+    with serve(book.HTML) as base:
+        visit = open_page(context, f"{base}{PAGE}.html")
+        try:
+            page = visit.page
+            spec = json.loads(page.locator(PANEL).locator("script.lg-spec").text_content())
+            first = next(iter(spec["recipes"]))
+            problems = refusal_problems(page)
+            # the book's default setting
+            set_controls(page, T=Config().train_length, K=Config().offset, seed=0, recipe=first)
+            default = train_in_page(page)
+            rope, ape, multiples = default["rope"]["accuracy"], default["ape"]["accuracy"], default["multiples"]
+            if rope[0] < 0.99:
+                problems.append(f"RoPE at the default setting: {rope[0]:.3f} at 1x, below 0.99")
+            for m, a in zip(multiples[1:], ape[1:]):
+                if abs(a - spec["chance"]) > CHANCE_TOLERANCE:
+                    problems.append(f"APE at {m}x: {a:.3f}, not within {CHANCE_TOLERANCE} of chance {spec['chance']:.3f}")
+            result = drawn(page, "result")
+            if "T=32, K=2" not in result["title"] or len(result["n"]) < 3 or min(result["n"]) < 2:
+                problems.append(f"the result figure is not drawn for T=32, K=2: {result}")
+            if not drawn(page, "training")["n"] or min(drawn(page, "training")["n"]) < 1:
+                problems.append("the training figure shows no loss")
+            # on the grid: agreement within the seeds' spread
+            set_controls(page, T=16, K=2)
+            on_grid = train_in_page(page)
+            rows = on_grid["comparison"]
+            if len(rows) != 2 * len(spec["grid"]["multiples"]):
+                problems.append(f"first fit, T=16, K=2 is on the grid, but {len(rows)} values were compared")
+            problems += [f"T=16, K=2, {r['encoding']} at {r['multiple']}x: {r['here']:.3f} against the grid's "
+                         f"{r['mean']:.3f} +- {r['sd']:.3f}, off by more than {r['allowed']:.3f}" for r in rows if not r["agrees"]]
+            with capsys.disabled():
+                print(f"\ntrain here, {first}, T=16, K=2, seed 0 (this run) against the grid's seeds {spec['grid']['seeds']}:")
+                for r in rows:
+                    print(f"  {r['encoding']:4s} {r['multiple']:2d}x  here {r['here']:.3f}  grid {r['mean']:.3f} +- {r['sd']:.3f}"
+                          f"  allowed {r['allowed']:.3f}  {'agrees' if r['agrees'] else 'DIFFERS'}")
+                print(f"  default setting: RoPE {[round(a, 3) for a in rope]}, APE {[round(a, 3) for a in ape]} "
+                      f"at {multiples}x; wall {default['seconds']:.2f} s")
+            # off the grid
+            set_controls(page, T=20, K=5)
+            if "not on the precomputed grid" not in page.locator(PANEL).locator('[data-lg="on-grid"]').inner_text():
+                problems.append("T=20, K=5: the panel does not say it is off the grid")
+            off = train_in_page(page)
+            result = drawn(page, "result")
+            if off["comparison"] or "T=20, K=5" not in result["title"] or len(result["n"]) != 3:
+                problems.append(f"T=20, K=5 (off the grid): compared {len(off['comparison'])} values, figure {result}")
+            if len(off["rope"]["accuracy"]) != len(spec["multiples"]):
+                problems.append(f"T=20, K=5: accuracies {off['rope']['accuracy']} for multiples {spec['multiples']}")
+            problems += outside_requests(visit) + console_problems(visit, ALLOWED_ERRORS)
+        finally:
+            visit.page.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_train_here_refuses_what_the_package_refuses(context: BrowserContext, tmp_path: Path) -> None:
+    """The refusals on a small synthetic page (no book build needed)."""
+    g = fake_grid(Ts=(8, 16), Ks=(1, 2), S=2, multiples=(1, 2))
+    root = tmp_path / "here"
+    root.mkdir()
+    shutil.copy2(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", root)
+    panel = train_here_html(playground.train_here(g, Config(), {"first fit": {}}, samples=50))
+    (root / "index.html").write_text('<!doctype html><html><head><meta charset="utf-8"><script src="plotly.min.js">'
+                                     f"</script></head><body>{panel}</body></html>")
+    with serve(root) as base:
+        visit = open_page(context, f"{base}index.html", settle_ms=500)
+        try:
+            problems = refusal_problems(visit.page) + outside_requests(visit) + console_problems(visit, ALLOWED_ERRORS)
+        finally:
+            visit.page.close()
+    assert not problems, "\n".join(problems)

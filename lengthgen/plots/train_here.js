@@ -76,9 +76,14 @@
         Plotly.react($('training'), traces, {
             title: {text: 'training: loss and accuracy on each batch', x: 0.02}, height: 320, margin: {t: 50, b: 50, l: 60, r: 60},
             xaxis: {title: {text: 'step'}}, yaxis: {title: {text: 'loss (cross-entropy)'}, rangemode: 'tozero'},
-            yaxis2: {title: {text: 'training accuracy'}, overlaying: 'y', side: 'right', range: [0, 1.02]},
+            yaxis2: {title: {text: 'training accuracy'}, overlaying: 'y', side: 'right', range: [0, 1.02], dtick: 0.25},
             legend: {orientation: 'h', y: -0.25}, plot_bgcolor: 'white', datarevision: ++revision
         }, {displaylogo: false, responsive: true});
+    }
+
+    var pending = null;
+    function later() {  // redraw the training figure at most every 250 ms (the workers share the reader's cores)
+        if (pending === null) pending = setTimeout(function () { pending = null; drawTraining(); }, 250);
     }
 
     function gridPoint(s) {
@@ -174,11 +179,15 @@
             worker.onmessage = function (e) {
                 var m = e.data;
                 if (m.kind === 'progress') {
-                    run.steps.push(m.step); run.loss.push(m.loss); run.acc.push(m.accuracy);
-                    bar.value = m.step;
-                    label.textContent = NAMES[enc] + ': step ' + m.step + ' of at most ' + m.steps + ', loss ' + m.loss.toFixed(3) +
-                        ', training accuracy ' + m.accuracy.toFixed(3);
-                    drawTraining();
+                    if (!m.steps.length) return;
+                    Array.prototype.push.apply(run.steps, m.steps);
+                    Array.prototype.push.apply(run.loss, m.loss);
+                    Array.prototype.push.apply(run.acc, m.accuracy);
+                    var last = m.steps.length - 1;
+                    bar.value = m.steps[last];
+                    label.textContent = NAMES[enc] + ': step ' + m.steps[last] + ' of at most ' + m.budget + ', loss ' +
+                        m.loss[last].toFixed(3) + ', training accuracy ' + m.accuracy[last].toFixed(3);
+                    later();
                 } else if (m.kind === 'done') {
                     run.result = m;
                     bar.value = bar.max;
@@ -198,12 +207,14 @@
                 stop();
             };
             worker.postMessage({cmd: 'train', config: config, seed: s.seed, multiples: spec.multiples, samples: spec.samples,
-                                every: 100});
+                                every: 200});
         });
     }
 
     function finish(s) {
         workers = [];
+        if (pending !== null) { clearTimeout(pending); pending = null; }
+        drawTraining();
         var rows = drawResult(s), seconds = (performance.now() - started) / 1000;
         $('status').textContent = 'trained and evaluated both in ' + seconds.toFixed(2) + ' s (wall clock, both in parallel)' +
             (rows.length ? '; ' + rows.filter(function (r) { return r.agrees; }).length + ' of ' + rows.length +

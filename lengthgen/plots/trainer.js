@@ -429,20 +429,23 @@
     }
 
     function serve(scope) {
-        // the worker's side: {cmd: "train", config, seed, multiples, samples, every} -> {kind: "progress", step,
-        // loss, accuracy} at most every ``every`` ms, then {kind: "done", steps, seconds, lengths, accuracy}
+        // the worker's side: {cmd: "train", config, seed, multiples, samples, every} -> {kind: "progress", steps,
+        // loss, accuracy: the steps since the last message (arrays), budget} at most every ``every`` ms, then
+        // {kind: "done", steps, seconds (training), lengths, accuracy, total (with the evaluation)}
         scope.onmessage = function (e) {
-            var job = e.data, c = job.config, start = Date.now(), shown = 0;
+            var job = e.data, c = job.config, start = Date.now(), shown = start, news = {steps: [], loss: [], accuracy: []};
+            function post() {
+                scope.postMessage({kind: 'progress', steps: news.steps, loss: news.loss, accuracy: news.accuracy, budget: c.steps});
+                news = {steps: [], loss: [], accuracy: []};
+            }
             try {
                 var done = train(c, job.seed, function (s, loss, acc) {
+                    news.steps.push(s); news.loss.push(loss); news.accuracy.push(acc);
                     var now = Date.now();
-                    if (now - shown >= (job.every || 50) || s === c.steps) {
-                        shown = now;
-                        scope.postMessage({kind: 'progress', step: s, steps: c.steps, loss: loss, accuracy: acc});
-                    }
+                    if (now - shown >= (job.every || 100)) { shown = now; post(); }
                 });
                 var seconds = (Date.now() - start) / 1000;
-                scope.postMessage({kind: 'progress', step: done.steps, steps: c.steps, loss: done.loss, accuracy: done.accuracy});
+                post();
                 var lengths = job.multiples.map(function (m) { return m * c.train_length; });
                 var accs = lengths.map(function (L) { return accuracy(c, done.params, L, job.samples, job.seed); });
                 scope.postMessage({kind: 'done', steps: done.steps, seconds: seconds, lengths: lengths, accuracy: accs,
