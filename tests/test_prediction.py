@@ -1,61 +1,13 @@
-"""The real model's kernel direction along training, its baselines, and the rank statistics of the prediction table."""
+"""The prediction before training and the rank statistics of the prediction table."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
-from lengthgen import Config, ConfigError, train
+from lengthgen import Config, ConfigError
 from lengthgen import prediction as pr
 from lengthgen.maxmargin import far_field, predict, solve
-
-SMALL = Config(vocab=8, dim=16, train_length=12, offset=2, batch=64, lr=1e-2, steps=40, target_accuracy=None)
-
-
-@pytest.fixture(scope="module")
-def path() -> pr.DirectionPath:
-    return pr.direction_path(SMALL, [0, 1], every=5, per_decade=3)
-
-
-def test_log_checkpoints_are_log_spaced_multiples_that_end_at_the_budget() -> None:
-    picks = pr.log_checkpoints(1000, 10, per_decade=4)
-    assert picks[0] == 10 and picks[-1] == 1000 and all(p % 10 == 0 for p in picks)
-    ratios = np.diff(np.log10(picks))
-    assert len(picks) == 9 and ratios.max() < 0.4  # 2 decades, 4 per decade
-    with pytest.raises(ConfigError, match="dividing"):
-        pr.log_checkpoints(1000, 30)
-
-
-def test_a_checkpoint_is_the_run_trained_for_that_many_steps(path) -> None:
-    assert path.steps[0] == 0 and path.steps[-1] == SMALL.steps and list(path.steps) == sorted(set(path.steps))
-    assert np.allclose(np.linalg.norm(path.w, axis=-1), 1)
-    k = int(np.flatnonzero(path.steps == 10)[0])
-    alone = train(SMALL.replace(steps=10), [1], progress=False)
-    assert np.allclose(path.w[k, 1], pr.kernel_coefficients(alone.model)[0], atol=1e-4)
-    assert np.allclose(path.w[-1], pr.kernel_coefficients(path.trained.model), atol=1e-6)
-
-
-def test_cosines_turning_and_the_largest_parameter(path) -> None:
-    cos = path.cosines(path.w[-1, 0])
-    assert cos.shape == (len(path.steps), 2) and cos[-1, 0] == pytest.approx(1.0)
-    assert path.turning().shape == (len(path.steps) - 1, 2) and (path.turning() >= -1e-9).all()
-    model = path.trained.model
-    by_hand = max(float(p.detach()[1].abs().max()) for p in model.parameters())
-    assert pr.max_abs_parameter(model)[1] == pytest.approx(by_hand)
-
-
-def test_direction_path_needs_a_one_layer_rope_model() -> None:
-    with pytest.raises(ConfigError, match="one-layer RoPE"):
-        pr.direction_path(SMALL.replace(encoding="ape"), [0], every=5)
-
-
-def test_seed_agreement_and_random_baseline() -> None:
-    w = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    assert np.allclose(pr.seed_agreement(w), [0.0, 2**-0.5, 2**-0.5])
-    d = 32
-    cos = pr.random_cosines(np.ones(d), draws=20000, seed=1)
-    assert abs(cos.mean()) < 0.01 and cos.std() == pytest.approx(d**-0.5, rel=0.05)
 
 
 def test_spearman_on_hand_ranked_cases() -> None:
@@ -125,14 +77,6 @@ def test_explore_holds_each_kernel_in_units_of_its_margin() -> None:
         assert len(entry["peaks"]) == 5 and all(p["delta"] <= -T for p in entry["peaks"])
 
 
-def test_verdicts_say_what_was_measured() -> None:
-    assert pr.selection_verdict({"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.7, 0.8)}).startswith(
-        "No rule's kernel comes within a cosine of 0.9")
-    assert "sign (linf, cosine 0.95)" in pr.selection_verdict({"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.95, 0.8)})
-    assert pr.decay_verdict([1.02, 1.5, 0.5]) == ("1 of 3 settings sit on the bound (within 10%); "
-                                                  "1 of 3 settings exceed it; 1 of 3 settings stay below it.")
-
-
 def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
     from lengthgen import plots
 
@@ -152,41 +96,6 @@ def test_the_explorer_figure_has_one_set_of_traces_per_grid_point() -> None:
     assert list(peaks[0].y) == [round(100 * p["value"]) for p in first["peaks"]]
     assert list(accuracy[0].y) == [round(float(a), 3) for a in first["accuracy"]]
     assert '"f8"' not in fig.to_json() and '"f4"' not in fig.to_json()
-
-
-# What chapter 10 reads from the paths, the prediction table and the weight-decay runs ---------------------------
-
-@pytest.fixture(scope="module")
-def solutions() -> dict:
-    return {g: solve(SMALL.offset, SMALL.train_length, SMALL.dim, SMALL.rope_base, g) for g in ("l2", "linf", "pairs")}
-
-
-def test_the_path_report_reads_the_last_checkpoint(path, solutions) -> None:
-    paths = {"gd": path, "adam, mini-batch": path}
-    best = pr.closest_geometries(paths, solutions)
-    final = {g: path.cosines(s.w)[-1].mean() for g, s in solutions.items()}
-    top = max(final, key=final.get)
-    assert best["gd"] == (top, pytest.approx(final[top]), pytest.approx(pr.seed_agreement(path.w[-1]).mean()))
-    share = {name: np.array([0.5, 0.7]) for name in paths}
-    rows = pr.path_rows(paths, solutions, share)
-    assert len(rows) == 2 and all(len(r) == len(pr.path_header(list(solutions))) for r in rows)
-    assert rows[0][0] == "gd" and rows[0][-1] == "0.60" and rows[0][1] == SMALL.recipe()
-    frames = pr.path_frames(paths, solutions, random=0.3)
-    curve = frames["gd"]["cosine to l2"]
-    assert np.array_equal(curve[0], path.steps[1:]) and np.allclose(curve[1], path.cosines(solutions["l2"].w)[1:].mean(1))
-    assert np.all(frames["gd"]["random direction (95% of |cosine|)"][1] == 0.3)
-    level = pr.random_level(solutions, 0.95)
-    assert 0 < level < 1 and level >= np.quantile(np.abs(pr.random_cosines(solutions["l2"].w)), 0.95)
-
-
-def test_path_numbers_split_full_batch_and_mini_batch() -> None:
-    best = {"gd": ("l2", 0.5, 0.9), "sign": ("linf", 0.8, 0.6), "mb": ("pairs", 0.3, 0.2)}
-    share = {"gd": np.array([0.2]), "sign": np.array([0.4]), "mb": np.array([0.9])}
-    numbers = pr.path_numbers(best, share, minibatch="mb")
-    assert (numbers["closest_rule"], numbers["closest_geometry"], numbers["closest_cos"]) == ("sign", "linf", 0.8)
-    assert numbers["full_best"] == 0.8 and numbers["agree_range"] == "0.60 to 0.90"
-    assert (numbers["mb_geometry"], numbers["mb_cos"], numbers["mb_agree"], numbers["mb_share"]) == ("pairs", 0.3, 0.2, 0.9)
-    assert numbers["full_share"] == pytest.approx(0.3)
 
 
 def _row(rule: str, geometry: str, predicted: float, measured: float, yes: bool, right: bool) -> dict:
@@ -213,26 +122,3 @@ def test_the_prediction_table_report() -> None:
     far = pr.far_field_range({("l2", 1, 100.0): {"far_field": -0.5}, ("l2", 2, 100.0): {"far_field": 0.2},
                               ("linf", 1, 100.0): {"far_field": 0.7}})
     assert far == {"l2": (-0.5, 0.2), "linf": (0.7, 0.7)}
-
-
-@pytest.fixture(scope="module")
-def decayed() -> dict:
-    c = SMALL.replace(weight_decay=1.0, decay_scope="all")
-    return {wd: pr.direction_path(c.replace(weight_decay=wd), [0, 1], every=5, per_decade=3) for wd in (0.5, 1.0)}
-
-
-def test_the_weight_decay_report(decayed, solutions) -> None:
-    accuracy = {0.0: np.array([[1.0, 1.0], [0.5, 0.6]]), 0.5: np.array([[1.0, 1.0], [0.7, 0.8]]),
-                1.0: np.array([[1.0, 1.0], [0.5, 0.5]])}
-    rows = pr.decay_rows(decayed, accuracy, solutions, SMALL.lr, SMALL.steps)
-    assert [r[:3] for r in rows] == [["0.5", "2", "0.2"], ["1", "1", "0.4"]]
-    assert all(len(r) == len(pr.decay_header(list(solutions))) for r in rows)
-    p = decayed[0.5]
-    assert pr.final_ratios(decayed)[0] == pytest.approx(float((p.max_abs[-1] * 0.5).mean()))
-    numbers = pr.decay_numbers(decayed, accuracy, SMALL.lr, SMALL.steps)
-    assert numbers["decay_best"] == "0.5" and numbers["decay_best_change"] == "+0.200 ± 0.000"
-    assert numbers["nodecay_8x"] == "0.550 [0.500, 0.600]" and numbers["decay_time_min"] == pytest.approx(0.2)
-    assert numbers["decay_8x"].startswith("lambda 0.5: 0.750 [0.700, 0.800]; lambda 1: ")
-    frames = pr.decay_frames(decayed)
-    assert list(frames) == ["lambda = 0.5", "lambda = 1"]
-    assert np.allclose(frames["lambda = 1"]["largest |parameter|"][1], decayed[1.0].max_abs[1:].mean(1))
