@@ -16,6 +16,20 @@ problem (book/bibliography.md):
   vertex of it (``linf_spread`` measures how large that face is);
 * ``"pairs"``: R = sum_p |z_p|, the group norm over RoPE pairs that gradient descent on a factorised product
   q_p conj(k_p) per pair favours, since |q_p|^2 + |k_p|^2 >= 2 |q_p||k_p| = 2 |z_p|.
+* ``"factors_linf"``: R = max_p (|Re z_p| + |Im z_p|), the geometry that an l-infinity geometry on the factors
+  (q_p, k_p) (sign descent on them) induces on w. Derivation: with q = a + ib and k = c + ie in the unit box
+  (|a|, |b|, |c|, |e| <= 1), z = q conj(k) has Re z +- Im z = c (a +- b) + e (b -+ a), so
+  |Re z| + |Im z| = max(|Re z + Im z|, |Re z - Im z|) <= |a + b| + |a - b| = 2 max(|a|, |b|) <= 2; and the bound
+  is met: q = 1 + i gives z = (c + e) + i (c - e), which runs over the whole boundary |Re z| + |Im z| = 2 as k
+  runs over the box's boundary (scaling q fills the inside). So the factors' box maps onto the product over pairs of
+  the diamonds |Re z_p| + |Im z_p| <= 2, and since w is quadratic in the factors, the smallest l-infinity norm of
+  factors giving w is sqrt(R(w) / 2). The margin problem on the factors (largest smallest margin over
+  |factor|_inf <= 1) is therefore R's hard-margin problem on w: a linear program, solved here like l-infinity's
+  (its solution set can be a face too). In the same way the L2 norm on the factors gives ``"pairs"``.
+
+The steepest-descent results hold for the parameters that are trained (Lyu & Li 2020 for gradient descent on
+homogeneous models, Tsilivis, Gronich, Vardi & Kempe 2025 for any norm): ``"pairs"`` and ``"factors_linf"`` are
+what the L2 and l-infinity geometries become on w when the factors are trained instead of w.
 
 ``hard_margin`` solves any such problem from its constraint rows (also for the attention layer of
 ``selection.py``, with the Frobenius (``"l2"``), entrywise max (``"linf"``) and nuclear norms), in float64 with
@@ -42,7 +56,7 @@ from .encodings import rope_frequencies
 from .kernel import BEYOND_MULTIPLE
 
 NORMS = ("l2", "linf", "pairs")  # the kernel's geometries
-SOLVER_NORMS = ("l2", "linf", "pairs", "nuclear")  # what hard_margin solves
+SOLVER_NORMS = ("l2", "linf", "pairs", "factors_linf", "nuclear")  # what hard_margin solves
 PEAKS = 5  # beyond-window peaks a MaxMargin reports by default
 
 
@@ -86,7 +100,8 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
     """argmin R(w) subject to g @ w >= 1, float64: g (M, D) constraint rows -> w (D,), smallest margin exactly 1.
 
     norm: ``"l2"`` (Euclidean; the Frobenius norm for a matrix), ``"linf"`` (largest |entry|), ``"pairs"``
-    (sum over p < D/2 of |(w_p, w_(p + D/2))|, the RoPE pair layout of ``features``) or ``"nuclear"`` (sum of
+    (sum over p < D/2 of |(w_p, w_(p + D/2))|, the RoPE pair layout of ``features``), ``"factors_linf"`` (the
+    largest over p < D/2 of |w_p| + |w_(p + D/2)|) or ``"nuclear"`` (sum of
     singular values of w reshaped row-major to ``shape``). Raises ConfigError when the constraints cannot all
     hold (the data are not separable).
     """
@@ -100,12 +115,14 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
         import cvxpy as cp
 
         x = cp.Variable(D)
+        if norm in ("pairs", "factors_linf") and D % 2:
+            raise ConfigError(f"the {norm} norm needs an even number of coefficients (RoPE pairs), got {D}")
         if norm == "l2":
             objective = cp.sum_squares(x)
         elif norm == "pairs":
-            if D % 2:
-                raise ConfigError(f"the pair norm needs an even number of coefficients, got {D}")
             objective = cp.sum(cp.norm(cp.vstack([x[: D // 2], x[D // 2:]]), 2, axis=0))
+        elif norm == "factors_linf":
+            objective = cp.max(cp.abs(x[: D // 2]) + cp.abs(x[D // 2:]))
         else:
             if shape is None or shape[0] * shape[1] != D:
                 raise ConfigError(f"the nuclear norm needs shape=(rows, cols) with rows x cols = {D}, got {shape}")
@@ -132,6 +149,9 @@ def norm_of(w: np.ndarray, norm: str, shape: tuple[int, int] | None = None) -> n
     if norm == "pairs":
         half = w.shape[-1] // 2
         return np.hypot(w[..., :half], w[..., half:]).sum(-1)
+    if norm == "factors_linf":
+        half = w.shape[-1] // 2
+        return (np.abs(w[..., :half]) + np.abs(w[..., half:])).max(-1)
     if norm == "nuclear":
         return np.linalg.svd(w.reshape(*w.shape[:-1], *shape), compute_uv=False).sum(-1)
     raise ConfigError(f"norm={norm!r}: use one of {', '.join(SOLVER_NORMS)}")

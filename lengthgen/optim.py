@@ -15,6 +15,11 @@ rule          update of a member's row p                                        
 ============  ======================================================================  ==================
 
 Weight decay is decoupled (AdamW's form) for every rule: p <- p - lr (update + wd p).
+
+The step size is constant by default. ``power`` = a > 0 makes it decay as in Zhang, Zou & Cao (2024)'s theorem for
+Adam: the t-th update (t = 1, 2, ...) takes lr (t + 1)^-a, that is eta_0 (s + 2)^-a counting s = t - 1 from 0,
+with eta_0 = lr. Adam with ``eps`` = 0, as that theorem neglects eps, leaves a coordinate whose second moment is
+exactly 0 where it is (its first moment is 0 too: every gradient it has seen was 0) instead of dividing 0 by 0.
 The geometry column is what the implicit-bias results of ``book/bibliography.md`` say each rule's
 direction converges to on separable problems (see ``maxmargin.py``).
 """
@@ -24,7 +29,9 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
+from numba import njit
 
 from . import fused
 
@@ -36,21 +43,26 @@ class Optimizer:
     """One update rule over ``params`` (S, P), updated in place.
 
     ``lr``: S step sizes; ``decay``: (S, P) weight decay per entry, or None; ``betas``: Adam's
-    (b1, b2) (``signum`` uses b1 as its momentum); ``eps``: Adam's epsilon. ``t`` counts the steps
+    (b1, b2) (``signum`` uses b1 as its momentum); ``eps``: Adam's epsilon (>= 0); ``power``: the step size's decay
+    exponent a in [0, 1] (0: constant; see the module docstring). ``t`` counts the steps
     every member has taken (members that stop leave the buffer through ``keep``). ``compiled``: Adam on the
-    CPU takes one compiled pass (``fused.adam_step``, the same update as ``direction``, other rounding).
+    CPU takes one compiled pass (``fused.adam_step``, the same update as ``direction``, other rounding) when
+    eps > 0; with eps = 0 it takes ``direction``, which guards 0 / 0.
     """
 
     def __init__(self, rule: str, params: torch.Tensor, lr: Sequence[float], decay: torch.Tensor | None = None,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, compiled: bool = True):
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, compiled: bool = True,
+                 power: float = 0.0):
         if rule not in RULES:
             raise ValueError(f"unknown update rule {rule!r}; use one of {', '.join(RULES)}")
         if params.dim() != 2:
             raise ValueError(f"params must be (members, parameters); got shape {tuple(params.shape)}")
         if len(lr) != params.shape[0]:
             raise ValueError(f"{len(lr)} step sizes for {params.shape[0]} members")
+        if eps < 0 or not 0 <= power <= 1:
+            raise ValueError(f"need eps >= 0 (got {eps}) and a step-size decay power in [0, 1] (got {power})")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
-        self.compiled = compiled
+        self.compiled, self.power = compiled and eps > 0, power
         self._arrays: tuple | None = None  # numpy views of the state for the compiled pass, until ``keep``
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
@@ -76,6 +88,10 @@ class Optimizer:
             decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
             self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
         return self._arrays
+
+    def current_lr(self) -> torch.Tensor:
+        """(S, 1) the step sizes of the update numbered ``t``: lr, or lr (t + 1)^-power."""
+        return self.lr if self.power == 0 else self.lr * (self.t + 1) ** -self.power
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -103,6 +119,8 @@ class Optimizer:
         self.m.lerp_(grad, 1 - b1)
         self.v.lerp_(grad.mul_(grad), 1 - b2)
         update = self.v.sqrt().div_(math.sqrt(1 - b2**self.t)).add_(self.eps)
+        if self.eps == 0:  # v = 0 exactly only where every gradient so far was 0, and so m = 0: no move there
+            return torch.where(update > 0, self.m / update, 0.0).div_(1 - b1**self.t)
         return torch.div(self.m, update, out=update).div_(1 - b1**self.t)
 
     def step(self, grad: torch.Tensor) -> None:
@@ -110,10 +128,52 @@ class Optimizer:
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
             self.t += 1
             p, m, v, lr, decay = self.arrays()
+            lr = lr if self.power == 0 else self.current_lr().numpy()
             fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
             return
         with torch.no_grad():
             update = self.direction(grad)
             if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
                 update = update.addcmul(self.params, self.decay)
-            self.params.sub_(update.mul_(self.lr))
+            self.params.sub_(update.mul_(self.current_lr()))
+
+
+@njit(cache=True)
+def update_in_place(code: int, params: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, lr: np.ndarray,
+                    b1: float, b2: float, eps: float, t: int) -> None:
+    """The t-th update (t >= 1) of rule ``RULES[code]`` without weight decay, compiled: ``Optimizer.step``'s update
+    (the same formulas, other rounding) for loops of many tiny steps that must not pay Python's cost per step
+    (``selection.run``). params, grad, m, v: (S, P) float64 (m, v unused by gd, ngd, sign; v by signum); lr: (S,)
+    this update's step sizes. Adam with eps = 0 leaves an entry whose v is 0 where it is, as ``direction`` does."""
+    S, P = params.shape
+    c1, c2 = 1.0 / (1.0 - b1**t), 1.0 / math.sqrt(1.0 - b2**t)
+    for s in range(S):
+        g, p, rate = grad[s], params[s], lr[s]
+        if code == 1:  # gd
+            for k in range(P):
+                p[k] -= rate * g[k]
+        elif code == 2:  # ngd, divided by its largest entry first (as ``direction``: no underflow of |g|^2)
+            top = 0.0
+            for k in range(P):
+                top = max(top, abs(g[k]))
+            if top > 0.0:
+                total = 0.0
+                for k in range(P):
+                    total += (g[k] / top) ** 2
+                norm = math.sqrt(total)  # of g / top; dividing by top first keeps a denormal top from overflowing
+                for k in range(P):
+                    p[k] -= rate * (g[k] / top / norm)
+        elif code == 3:  # sign
+            for k in range(P):
+                p[k] -= rate * np.sign(g[k])
+        elif code == 4:  # signum
+            for k in range(P):
+                m[s, k] = b1 * m[s, k] + (1.0 - b1) * g[k]
+                p[k] -= rate * np.sign(m[s, k])
+        else:  # adam
+            for k in range(P):
+                m[s, k] = b1 * m[s, k] + (1.0 - b1) * g[k]
+                v[s, k] = b2 * v[s, k] + (1.0 - b2) * g[k] * g[k]
+                root = math.sqrt(v[s, k]) * c2 + eps
+                if root > 0.0:
+                    p[k] -= rate * m[s, k] * c1 / root

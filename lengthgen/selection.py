@@ -40,19 +40,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from numba import njit
 
 from .config import ConfigError
 from .encodings import rope_frequencies
 from .maxmargin import NORMS, cosine, features, hard_margin, kernel_constraints, norm_of
-from .optim import GEOMETRY, RULES, Optimizer
+from .optim import GEOMETRY, RULES, Optimizer, update_in_place
 from .task import generator, sample_tokens
 from .train import cpu_threads
 
+KERNEL_GEOMETRIES = NORMS + ("factors_linf",)  # the kernel's three, and what sign descent on its factors selects
 ATTENTION_GEOMETRIES = ("fro", "linf", "nuclear")
 PARAMETRISATIONS = ("linear", "factorised")
-SOLVER_NORM = {"l2": "l2", "linf": "linf", "pairs": "pairs", "fro": "l2", "nuclear": "nuclear"}
+SOLVER_NORM = {"l2": "l2", "linf": "linf", "pairs": "pairs", "factors_linf": "factors_linf", "fro": "l2",
+               "nuclear": "nuclear"}
 STREAM_RUNG, STREAM_INIT, STREAM_RANDOM = 20, 21, 22  # random streams apart from the task's
 RANDOM_DIRECTIONS = 200  # random directions behind the random baseline
+FLOAT_RANGE = 1e-150  # a sqrt(v_hat) below this: v = g^2 is near float64's smallest numbers (~1e-308)
 
 
 @dataclass
@@ -71,10 +75,11 @@ class Rung:
     shape: tuple[int, int]  # (d_q, d_k)
     settings: dict  # offset, train_length, dim, rope_base (and vocab, sequences, seed for attention)
     _solutions: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    _arrays: tuple | None = field(default=None, repr=False)  # numpy views for ``fast_gradient``
 
     @property
     def geometries(self) -> tuple[str, ...]:
-        return NORMS if self.name == "kernel" else ATTENTION_GEOMETRIES
+        return KERNEL_GEOMETRIES if self.name == "kernel" else ATTENTION_GEOMETRIES
 
     @property
     def dim(self) -> int:
@@ -110,6 +115,15 @@ class Rung:
         """(S, D) gradient of ``loss`` at x (S, D), exact in float64 at any loss (``logit_gradient``)."""
         return torch.einsum("snj,nq,njk->sqk", self.logit_gradient(x), self.queries, self.keys).flatten(1)
 
+    def fast_gradient(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``gradient`` (same formula, other rounding) for float64 x (S, D) on the CPU, written into ``out`` (S, D)
+        by one compiled pass (``_bilinear_gradient``): ~1-10 us a step on these rungs against ~1 ms of torch
+        operations, which is what makes 1e6 steps affordable."""
+        if self._arrays is None:
+            self._arrays = (self.queries.numpy(), self.keys.numpy(), self.target.numpy())
+        _bilinear_gradient(*self._arrays, x.numpy().reshape(-1, *self.shape), out.numpy().reshape(-1, *self.shape))
+        return out
+
     def margins(self, x: torch.Tensor) -> torch.Tensor:
         """(S,) the smallest logit gap target minus any other key, over sequences: >= 1 at a hard-margin point."""
         return -self._gaps(x).amax(-1).amax(-1)
@@ -130,6 +144,104 @@ class Rung:
         if geometry not in self._solutions:
             self._solutions[geometry] = hard_margin(self.constraints(), SOLVER_NORM[geometry], self.shape)
         return self._solutions[geometry]
+
+
+@njit(cache=True)
+def _bilinear_gradient(queries: np.ndarray, keys: np.ndarray, target: np.ndarray, X: np.ndarray,
+                       out: np.ndarray) -> None:
+    """d loss / d X into out (S, d_q, d_k) for X (S, d_q, d_k), queries (N, d_q), keys (N, J, d_k), target (N,):
+    ``Rung.logit_gradient``'s coefficients (sigmoid of the gaps' logsumexp times their softmax; minus the sigmoid at
+    the target), contracted with q_n k_nj^T and averaged over sequences. Zero query entries are skipped (the
+    attention rung's one-hot block)."""
+    S, dq, dk = X.shape
+    N, J = keys.shape[0], keys.shape[1]
+    u, z, c, v = np.empty(dk), np.empty(J), np.empty(J), np.empty(dk)
+    out[:] = 0.0
+    for s in range(S):
+        for n in range(N):
+            u[:] = 0.0
+            for a in range(dq):
+                qa = queries[n, a]
+                if qa != 0.0:
+                    for k in range(dk):
+                        u[k] += qa * X[s, a, k]
+            t = target[n]
+            for j in range(J):
+                acc = 0.0
+                for k in range(dk):
+                    acc += u[k] * keys[n, j, k]
+                z[j] = acc
+            top = -np.inf
+            for j in range(J):
+                if j != t and z[j] - z[t] > top:
+                    top = z[j] - z[t]
+            total = 0.0
+            for j in range(J):
+                c[j] = 0.0 if j == t else np.exp(z[j] - z[t] - top)
+                total += c[j]
+            lse = top + np.log(total)
+            sig = 1.0 / (1.0 + np.exp(-lse)) if lse > -700.0 else np.exp(lse)
+            for j in range(J):
+                c[j] = (-sig if j == t else sig * c[j] / total) / N
+            v[:] = 0.0
+            for j in range(J):
+                for k in range(dk):
+                    v[k] += c[j] * keys[n, j, k]
+            for a in range(dq):
+                qa = queries[n, a]
+                if qa != 0.0:
+                    for k in range(dk):
+                        out[s, a, k] += qa * v[k]
+
+
+@njit(cache=True)
+def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target: np.ndarray, dq: int, dk: int,
+             params: np.ndarray, m: np.ndarray, v: np.ndarray, lr: np.ndarray, power: float, b1: float, b2: float,
+             eps: float, t0: int, n: int) -> None:
+    """``n`` full-batch updates t0 + 1 .. t0 + n of rule ``optim.RULES[code]`` in one compiled loop: ``end_to_end``,
+    ``_bilinear_gradient``, ``pullback`` and ``optim.update_in_place`` at step size lr (t + 1)^-power. ``kind``: 0
+    linear, 1 the kernel factorised per pair, 2 the attention layer factorised (Wq, Wk). params, m, v: (S, n_params).
+    numba's disk cache of this function is keyed on this file only: after an edit of ``optim.update_in_place``, which
+    it compiles in, touch this file (or remove its ``__pycache__``) so that it is compiled again."""
+    S = params.shape[0]
+    D = dq * dk
+    x = np.empty((S, D))
+    gx = np.empty((S, D))
+    grad = np.empty(params.shape)
+    rate = np.empty(S)
+    P = D // 2
+    for i in range(n):
+        t = t0 + i + 1
+        for s in range(S):
+            p = params[s]
+            if kind == 0:
+                x[s] = p
+            elif kind == 1:
+                for j in range(P):
+                    qr, qi, kr, ki = p[j], p[P + j], p[2 * P + j], p[3 * P + j]
+                    x[s, j] = qr * kr + qi * ki
+                    x[s, P + j] = qi * kr - qr * ki
+            else:
+                x[s] = np.dot(p[:D].reshape(dq, dk), p[D:].reshape(dq, dk).T).ravel()
+        _bilinear_gradient(queries, keys, target, x.reshape(S, dq, dk), gx.reshape(S, dq, dk))
+        for s in range(S):
+            p, g = params[s], gx[s]
+            if kind == 0:
+                grad[s] = g
+            elif kind == 1:
+                for j in range(P):
+                    qr, qi, kr, ki = p[j], p[P + j], p[2 * P + j], p[3 * P + j]
+                    gre, gim = g[j], g[P + j]
+                    grad[s, j] = gre * kr - gim * ki
+                    grad[s, P + j] = gre * ki + gim * kr
+                    grad[s, 2 * P + j] = gre * qr + gim * qi
+                    grad[s, 3 * P + j] = gre * qi - gim * qr
+            else:
+                G = g.reshape(dq, dk)
+                grad[s, :D] = np.dot(G, p[D:].reshape(dq, dk)).ravel()
+                grad[s, D:] = np.dot(G.T, p[:D].reshape(dq, dk)).ravel()
+            rate[s] = lr[s] * (t + 1.0) ** -power
+        update_in_place(code, params, grad, m, v, rate, b1, b2, eps, t)
 
 
 def kernel_rung(offset: int, train_length: int, dim: int, rope_base: float = 10000.0) -> Rung:
@@ -189,12 +301,30 @@ def pullback(rung: Rung, parametrisation: str, params: torch.Tensor, grad_x: tor
 
 
 def expected_geometry(rung: Rung, rule: str, parametrisation: str = "linear") -> str | None:
-    """The geometry the implicit-bias results name for this rule and parametrisation, or None where none does
-    (sign-type rules on a factorisation)."""
+    """The geometry of the parameters that are trained, carried to the end-to-end parameters, for this rule and
+    parametrisation (Lyu & Li 2020; Tsilivis et al. 2025): on w or W itself the rule's own (``optim.GEOMETRY``;
+    Frobenius for the attention matrix); on the kernel's factors the pair norm for L2 rules and ``"factors_linf"``
+    for l-infinity ones (``maxmargin``'s derivation); on the attention factors (Wq, Wk) the nuclear norm for L2 rules
+    and None for l-infinity ones: an entrywise bound on Wq and Wk induces on W = Wq Wk^T the gauge of
+    {Wq Wk^T : |entries| <= 1}, a projective tensor norm of l-infinity with itself, which is not derived or solved
+    here. For Adam the l-infinity geometry is a theorem only on w itself, under its conditions (``conditions``)."""
     own = GEOMETRY[rule]
     if parametrisation == "factorised":
-        return ("pairs" if rung.name == "kernel" else "nuclear") if own == "l2" else None
+        if rung.name == "kernel":
+            return "pairs" if own == "l2" else "factors_linf"
+        return "nuclear" if own == "l2" else None
     return "fro" if (own == "l2" and rung.name == "attention") else own
+
+
+def conditions(rule: str, parametrisation: str, power: float, eps: float) -> str:
+    """Whether a run is inside the conditions of the result behind its geometry: "theorem" (gd, ngd, sign,
+    signum; Adam on w with a decaying step size and eps = 0, Zhang, Zou & Cao 2024), "outside" (Adam at a constant
+    step or with eps > 0) or "analogy" (Adam on factors: sign descent's geometry, with no theorem for Adam there)."""
+    if rule != "adam":
+        return "theorem"
+    if parametrisation == "factorised":
+        return "analogy"
+    return "theorem" if power > 0 and eps == 0 else "outside"
 
 
 def log_steps(steps: int, count: int) -> np.ndarray:
@@ -227,6 +357,7 @@ class Trajectory:
     eps: float
     seconds: float
     final: np.ndarray  # (S, D) last end-to-end iterate
+    power: float = 0.0  # the step size's decay exponent (0: constant lr)
 
     @property
     def random_level(self) -> dict[str, float]:
@@ -240,50 +371,56 @@ class Trajectory:
 
 def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisation: str = "linear",
         checkpoints: int = 30, init_scale: float = 0.1, betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8) -> Trajectory:
-    """Train ``rule`` (``optim.RULES``) on ``rung`` in float64, full batch, for ``steps`` updates of size ``lr``.
+        eps: float = 1e-8, power: float = 0.0) -> Trajectory:
+    """Train ``rule`` (``optim.RULES``) on ``rung`` in float64, full batch, for ``steps`` updates of size ``lr``
+    (constant, or lr (t + 1)^-power at the t-th update: ``optim.Optimizer``'s decaying schedule).
 
     Each seed draws its initial parameters as Gaussian entries of norm about ``init_scale`` (a factorisation
     needs a non-zero start); the seeds train as one batched ``optim.Optimizer``. The gradient is
-    ``Rung.gradient`` (the cross-entropy's, exact in float64 at any loss) pulled back through ``end_to_end``.
+    ``Rung.fast_gradient`` (the cross-entropy's, exact in float64 at any loss) pulled back through ``end_to_end``.
+    ``update_max`` and ``update_norm`` are in units of the step size of that update.
     """
     if rule not in RULES or parametrisation not in PARAMETRISATIONS:
         raise ConfigError(f"rule={rule!r}, parametrisation={parametrisation!r}: use a rule in {', '.join(RULES)} "
                           f"and a parametrisation in {', '.join(PARAMETRISATIONS)}")
-    if steps < 1 or lr <= 0 or len(seeds) < 1:
-        raise ConfigError(f"need steps >= 1 ({steps}), lr > 0 ({lr}) and at least one seed")
+    if steps < 1 or lr <= 0 or len(seeds) < 1 or not 0 <= power <= 1 or eps < 0:
+        raise ConfigError(f"need steps >= 1 ({steps}), lr > 0 ({lr}), at least one seed, a step-size decay power "
+                          f"in [0, 1] ({power}) and eps >= 0 ({eps})")
     n_params = rung.dim if parametrisation == "linear" else 2 * rung.dim
     init = [torch.randn(n_params, generator=generator(s, STREAM_INIT, n_params), dtype=torch.float64) for s in seeds]
     params = torch.stack(init) * (init_scale / np.sqrt(n_params))
-    opt = Optimizer(rule, params, [lr] * len(seeds), betas=betas, eps=eps)
+    opt = Optimizer(rule, params, [lr] * len(seeds), betas=betas, eps=eps, power=power)
     solutions = {g: rung.solution(g) for g in rung.geometries}
     gen = generator(0, STREAM_RANDOM, rung.dim)
     rand = torch.randn(RANDOM_DIRECTIONS, rung.dim, generator=gen, dtype=torch.float64).numpy()
     marks = log_steps(steps, checkpoints)
     rec: dict[str, list] = {k: [] for k in ("x", "loss", "margin", "grad", "umax", "unorm", "amed", "amax")}
-    start, next_mark = time.perf_counter(), 0
+    grad_x = torch.empty(len(seeds), rung.dim, dtype=torch.float64)
+    kind = 0 if parametrisation == "linear" else (1 if rung.name == "kernel" else 2)
+    moments = [(torch.zeros_like(params) if a is None else a).numpy() for a in (opt.m, opt.v)]
+    rung.fast_gradient(end_to_end(rung, parametrisation, opt.params), grad_x)  # sets rung's numpy views
+    start = time.perf_counter()
     with cpu_threads(torch.device("cpu")):  # one thread: each step is a few tiny operations
-        for t in range(1, steps + 1):
-            grad = pullback(rung, parametrisation, opt.params,
-                            rung.gradient(end_to_end(rung, parametrisation, opt.params)))
-            mark = t == marks[next_mark]
-            if mark:
-                before, rec_grad = opt.params.clone(), grad.norm(dim=1)
+        for mark in marks:  # compiled stretches up to each checkpoint, whose update is taken apart
+            _stretch(RULES.index(rule), kind, *rung._arrays, *rung.shape, opt.params.numpy(), *moments,
+                     opt.lr[:, 0].numpy(), power, *betas, eps, opt.t, int(mark) - 1 - opt.t)
+            opt.t = int(mark) - 1
+            x = end_to_end(rung, parametrisation, opt.params)
+            grad = pullback(rung, parametrisation, opt.params, rung.fast_gradient(x, grad_x))
+            before, rec_grad = opt.params.clone(), grad.norm(dim=1)
             opt.step(grad)
-            if mark:
-                change = (opt.params - before) / lr
-                x = end_to_end(rung, parametrisation, opt.params)
-                rec["loss"].append(rung.loss(x))
-                rec["margin"].append(rung.margins(x))
-                rec["x"].append(x.numpy().copy())
-                rec["grad"].append(rec_grad)
-                rec["umax"].append(change.abs().amax(1))
-                rec["unorm"].append(change.norm(dim=1))
-                if rule == "adam":
-                    denom = opt.adam_denominator()
-                    rec["amed"].append(denom.median(1).values)
-                    rec["amax"].append(denom.amax(1))
-                next_mark += 1
+            change = (opt.params - before) / opt.current_lr()
+            x = end_to_end(rung, parametrisation, opt.params)
+            rec["loss"].append(rung.loss(x))
+            rec["margin"].append(rung.margins(x))
+            rec["x"].append(x.numpy().copy())
+            rec["grad"].append(rec_grad)
+            rec["umax"].append(change.abs().amax(1))
+            rec["unorm"].append(change.norm(dim=1))
+            if rule == "adam":
+                denom = opt.adam_denominator()
+                rec["amed"].append(denom.median(1).values)
+                rec["amax"].append(denom.amax(1))
     seconds = time.perf_counter() - start
     xs = np.stack(rec["x"], 1)  # (S, C, D)
     stack = lambda k: torch.stack(rec[k], 1).numpy() if rec[k] else None  # noqa: E731
@@ -299,13 +436,14 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
         random={g: cosine(rand, sol) for g, sol in solutions.items()},
         seed_to_seed=seed_to_seed, loss=stack("loss"), norm=np.linalg.norm(xs, axis=-1), margin=margin,
         grad_norm=stack("grad"), update_max=stack("umax"), update_norm=stack("unorm"),
-        adam_median=stack("amed"), adam_max=stack("amax"), eps=eps, seconds=seconds, final=xs[:, -1],
+        adam_median=stack("amed"), adam_max=stack("amax"), eps=eps, seconds=seconds, final=xs[:, -1], power=power,
     )
 
 
 @dataclass(frozen=True)
 class Recipe:
-    """One trajectory's settings for ``run``: the rule, its step size and horizon, and what it trains."""
+    """One trajectory's settings for ``run``: the rule, its step size (constant, or lr (t + 1)^-power at the t-th
+    update) and horizon, and what it trains."""
 
     rule: str
     lr: float
@@ -314,36 +452,50 @@ class Recipe:
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     init_scale: float = 0.1
+    power: float = 0.0
 
     @property
-    def signlike(self) -> bool:
-        """Adam with b2 = b1 (and, in ``LADDER``, a negligible eps): the sign-like form of its update."""
-        return self.rule == "adam" and self.betas[0] == self.betas[1]
+    def schedule(self) -> str:
+        """The step size in words: "lr 0.01" or "0.01 (t+2)^-0.5" (t counted from 0, Zhang et al.'s form)."""
+        return f"lr {self.lr:g}" if self.power == 0 else f"{self.lr:g} (t+2)^-{self.power:g}"
 
     @property
     def label(self) -> str:
         extra = "" if self.betas == (0.9, 0.999) and self.eps == 1e-8 else f", b2={self.betas[1]:g}, eps={self.eps:g}"
         fact = f", factorised, init {self.init_scale:g}" if self.parametrisation == "factorised" else ""
-        return f"{self.rule} (lr {self.lr:g}{extra}{fact}, {self.steps} steps)"
+        return f"{self.rule} ({self.schedule}{extra}{fact}, {self.steps} steps)"
 
 
 # The ladder's check, per rung: every rule at a step size and horizon where it settles (measured on this
 # machine; ``ladder(..., scale=0.1)`` shortens every horizon for quick runs). The factorisations train with gradient
-# descent (the rule the pair-norm and nuclear-norm results are stated for; slow, like GD's 1/log t) and with
+# descent (the rule the pair-norm and nuclear-norm results are stated for; slow, like GD's 1/log t), with
 # normalised gradient descent from a small start (the same geometry reached within the budget: its end-to-end
-# norm grows like t^2, so its step is small to keep the loss inside float64's range). Adam appears twice: with the book's
-# defaults, and with b2 = b1 and eps = 1e-300 (eps negligible, as the l-infinity result assumes; not 0, which makes
-# 0 / 0 on parameters whose gradient is always 0, such as W's rows for tokens that never sit at the query).
+# norm grows like t^2, so its step is small to keep the loss inside float64's range), and with sign descent (whose
+# geometry on the kernel's factors is ``"factors_linf"``). Adam appears with the book's step (constant lr 0.01,
+# eps 1e-8: outside its theorem's conditions) and under them: a decaying step 0.01 (t+2)^-0.5 and eps = 0
+# (Zhang, Zou & Cao 2024; ``optim.Optimizer`` leaves coordinates with v = 0, such as W's rows for tokens that never
+# sit at the query, where they are). Every horizon keeps the smallest margin below ~700, where float64's
+# exp(-margin) and so the gradient underflow to 0.
 LADDER = {
     "kernel": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.1, 10_000), Recipe("sign", 0.01, 10_000),
                Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-               Recipe("adam", 0.01, 20_000, betas=(0.9, 0.9), eps=1e-300), Recipe("gd", 1.0, 100_000, "factorised"),
-               Recipe("ngd", 0.001, 50_000, "factorised", init_scale=1e-3)],
+               Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
+               Recipe("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
+               Recipe("sign", 0.001, 20_000, "factorised")],
     "attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 10_000), Recipe("sign", 0.01, 10_000),
                   Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-                  Recipe("adam", 0.01, 20_000, betas=(0.9, 0.9), eps=1e-300), Recipe("gd", 1.0, 100_000, "factorised"),
-                  Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3)],
+                  Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
+                  Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                  Recipe("sign", 0.001, 20_000, "factorised")],
 }
+
+# Adam under and outside its theorem on the kernel rung (``adam_table``): the usual betas (0.9, 0.999), decaying
+# steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1, 1, 10}, each with
+# eps = 0 (the theorem's) and 1e-8 (the default), 1e6 steps. eta_0 per a keeps the margin inside float64's range
+# at 1e6 steps while it still grows.
+ADAM_TABLE = [Recipe("adam", lr, 1_000_000, eps=eps, power=a)
+              for lr, a in [(0.01, 0.5), (0.03, 0.7), (0.3, 1.0), (1e-4, 0.0), (1e-3, 0.0), (1e-2, 0.0)]
+              for eps in (0.0, 1e-8)]
 
 
 def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
@@ -351,18 +503,33 @@ def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, 
     """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``."""
     recipes = LADDER[rung.name] if recipes is None else recipes
     return [run(rung, r.rule, r.lr, max(1, round(r.steps * scale)), seeds, r.parametrisation, checkpoints,
-                r.init_scale, r.betas, r.eps) for r in recipes]
+                r.init_scale, r.betas, r.eps, r.power) for r in recipes]
+
+
+def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1)) -> list[Trajectory]:
+    """``run`` every recipe (default ``ADAM_TABLE``) on ``rung``, horizons times ``scale``, with three checkpoints a
+    decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns)."""
+    recipes = ADAM_TABLE if recipes is None else recipes
+    out = []
+    for r in recipes:
+        steps = max(1, round(r.steps * scale))
+        out.append(run(rung, r.rule, r.lr, steps, seeds, r.parametrisation, 3 * round(np.log10(steps)) + 1,
+                       r.init_scale, r.betas, r.eps, r.power))
+    return out
 
 
 def summary(tr: Trajectory, rung: Rung) -> dict:
     """One row of the ladder's table: the last checkpoint's cosines and margin ratios per geometry (mean and
     smallest over seeds), the baselines, and whether the rule reached its own geometry: ``reached_own`` (cosine
     >= 0.99 to the solver's solution, every seed) and ``own_margin`` (margin ratio >= 0.99, every seed: the right
-    test where the solution is a face, not a point, as l-infinity's can be: ``maxmargin.linf_spread``)."""
+    test where the solution is a face, not a point, as l-infinity's can be: ``maxmargin.linf_spread``).
+    ``conditions``: inside the result's conditions or not (``conditions``); ``rate``: the own geometry's margin ratio
+    gained per decade of steps over the last decade (the slope against log10 t; ``rate``)."""
     own = expected_geometry(rung, tr.rule, tr.parametrisation)
-    row = {"rung": tr.rung, "rule": tr.rule, "parametrisation": tr.parametrisation, "lr": tr.lr,
-           "steps": int(tr.steps[-1]), "own": own, "seconds": tr.seconds, "loss": float(tr.loss[:, -1].mean()),
-           "seed_to_seed": float(tr.seed_to_seed[-1])}
+    row = {"rung": tr.rung, "rule": tr.rule, "parametrisation": tr.parametrisation, "lr": tr.lr, "power": tr.power,
+           "eps": tr.eps, "steps": int(tr.steps[-1]), "own": own, "seconds": tr.seconds,
+           "loss": float(tr.loss[:, -1].mean()), "seed_to_seed": float(tr.seed_to_seed[-1]),
+           "conditions": conditions(tr.rule, tr.parametrisation, tr.power, tr.eps)}
     for g in rung.geometries:
         row[f"cos_{g}"] = float(tr.cosine[g][:, -1].mean())
         row[f"cos_{g}_min"] = float(tr.cosine[g][:, -1].min())
@@ -371,7 +538,18 @@ def summary(tr: Trajectory, rung: Rung) -> dict:
         row[f"random_{g}"] = tr.random_level[g]
     row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= 0.99)
     row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= 0.99)
+    row["rate"] = None if own is None else rate(tr, own)
     return row
+
+
+def rate(tr: Trajectory, geometry: str) -> float:
+    """The margin ratio to ``geometry`` gained per decade of steps over the run's last decade (mean over seeds;
+    the last checkpoint against the one nearest a tenth of the steps): ~0 where it has settled, > 0 where it is
+    still climbing (the 1/log t approach of gradient descent shows as a steady small gain per decade)."""
+    ratio = tr.margin_ratio[geometry].mean(0)
+    i = int(np.argmin(np.abs(np.log(tr.steps / (tr.steps[-1] / 10)))))
+    span = np.log10(tr.steps[-1] / tr.steps[i])
+    return float((ratio[-1] - ratio[i]) / span) if span > 0 else float("nan")
 
 
 # The ladder's table and the numbers read from it ----------------------------------------------------------------
@@ -381,96 +559,195 @@ def reached(row: dict) -> bool:
     return bool(row["reached_own"] or row["own_margin"])
 
 
-def ladder_rows(runs: list[Trajectory], rung: Rung, recipes: list[Recipe] | None = None) -> list[dict]:
-    """``summary`` of each run of ``ladder(rung, recipes)`` (default ``LADDER[rung.name]``), with the recipe's
-    ``signlike`` and a short ``label`` (the rule, ", factorised", ", b2 = b1, eps ~ 0" for sign-like Adam)."""
-    recipes = LADDER[rung.name] if recipes is None else recipes
-    rows = []
-    for tr, rec in zip(runs, recipes, strict=True):
-        row = summary(tr, rung)
-        row["label"] = row["rule"] + (", factorised" if row["parametrisation"] == "factorised" else "") + (
-            ", b2 = b1, eps ~ 0" if rec.signlike else "")
-        row["signlike"] = rec.signlike
-        rows.append(row)
-    return rows
+def label(row: dict) -> str:
+    """A ``summary`` row's short name: the rule, ", factorised", and Adam's schedule and eps."""
+    out = row["rule"] + (", factorised" if row["parametrisation"] == "factorised" else "")
+    if row["rule"] == "adam":
+        step = f"{row['lr']:g} (t+2)^-{row['power']:g}" if row["power"] else f"lr {row['lr']:g}"
+        out += f", {step}, eps {row['eps']:g}"
+    return out
+
+
+def ladder_rows(runs: list[Trajectory], rung: Rung) -> list[dict]:
+    """``summary`` of each run of ``ladder(rung, ...)`` with its short ``label``."""
+    return [{**summary(tr, rung), "label": label(summary(tr, rung))} for tr in runs]
 
 
 def ladder_header(rung: Rung) -> list[str]:
     """The columns of ``ladder_table`` for ``rung``'s geometries."""
     return (["rule", "lr", "steps", "its geometry"] + [f"cosine to {g}" for g in rung.geometries]
-            + ["margin ratio (own)", "random (mean |cos|)", "seed to seed", "reached its own", "seconds"])
+            + ["margin ratio (own)", "gain per decade", "random (mean |cos|)", "seed to seed", "reached its own",
+               "seconds"])
 
 
 def ladder_table(rows: list[dict], rung: Rung) -> list[list[str]]:
     """One formatted row (``ladder_header``) per ``ladder_rows`` row: the cosine to every geometry at the end, the
-    margin ratio to the rule's own geometry, the largest random baseline, seed to seed, reached or not, seconds."""
+    margin ratio to the rule's own geometry and its gain per decade of steps (``rate``), the largest random
+    baseline, seed to seed, reached or not (with "outside its conditions" / "by analogy" for Adam), seconds."""
     geos = rung.geometries
-    return [[r["label"], f"{r['lr']:g}", str(r["steps"]), r["own"] or "none named"]
+    note = {"theorem": "", "outside": " (outside its theorem)", "analogy": " (by analogy)"}
+
+    def verdict(r: dict) -> str:
+        return "-" if r["own"] is None else ("yes" if reached(r) else "no") + note[r["conditions"]]
+
+    return [[r["label"], f"{r['lr']:g}", str(r["steps"]), r["own"] or "not derived"]
             + [f"{r[f'cos_{g}']:.3f}" for g in geos]
-            + ["-" if r["own"] is None else f"{r['ratio_' + r['own']]:.3f}"]
-            + [f"{max(r[f'random_{g}'] for g in geos):.2f}", f"{r['seed_to_seed']:.3f}",
-               "-" if r["own"] is None else ("yes" if reached(r) else "no"), f"{r['seconds']:.1f}"]
+            + ["-" if r["own"] is None else f"{r['ratio_' + r['own']]:.3f}",
+               "-" if r["own"] is None else f"{r['rate']:+.3f}"]
+            + [f"{max(r[f'random_{g}'] for g in geos):.2f}", f"{r['seed_to_seed']:.3f}", verdict(r),
+               f"{r['seconds']:.1f}"]
             for r in rows]
 
 
 def ladder_numbers(rows: list[dict]) -> dict[str, int | str]:
-    """Over the rules that have a geometry of their own: how many there are (``named``), how many reached it
-    (``reached``), and the others with their steps, cosine and margin ratio (``missed``, "none" when none)."""
-    named = [r for r in rows if r["own"] is not None]
+    """Over the rules that have a geometry of their own and run inside the conditions of its result (or by analogy):
+    how many there are (``named``), how many reached it (``reached``), and the others with their steps, cosine and
+    margin ratio (``missed``, "none" when none); runs outside their result's conditions are counted apart
+    (``outside``: their labels)."""
+    named = [r for r in rows if r["own"] is not None and r["conditions"] != "outside"]
     missed = [f"{r['label']} ({r['steps']} steps: cosine {r['cos_' + r['own']]:.3f}, margin ratio "
               f"{r['ratio_' + r['own']]:.3f})" for r in named if not reached(r)]
-    return {"reached": sum(reached(r) for r in named), "named": len(named), "missed": "; ".join(missed) or "none"}
+    outside = [r["label"] for r in rows if r["conditions"] == "outside"]
+    return {"reached": sum(reached(r) for r in named), "named": len(named), "missed": "; ".join(missed) or "none",
+            "outside": "; ".join(outside) or "none"}
 
+
+# Adam under its theorem and outside it -----------------------------------------------------------------------------
 
 def adam_numbers(tr: Trajectory) -> dict[str, float]:
     """Adam's update at the last checkpoint of ``tr`` (means over seeds): its ``eps``, the median sqrt(v_hat) over
-    eps (``median_over_eps``), the largest update in units of lr (``update_max``) and the gradient norm."""
+    eps (``median_over_eps``, inf for eps = 0), the largest update in units of that step's size (``update_max``),
+    the gradient norm, and the last step size over 1 - beta2 (``lr_over_memory``: how far the iterate moves, in
+    step sizes, within v's memory of ~1/(1 - beta2) steps; computed for the usual beta2 = 0.999)."""
     if tr.adam_median is None:
         raise ConfigError(f"rule {tr.rule!r}: Adam's numbers need an Adam run (rule='adam')")
-    return {"eps": tr.eps, "median_over_eps": float(tr.adam_median[:, -1].mean() / tr.eps),
-            "update_max": float(tr.update_max[:, -1].mean()), "grad_norm": float(tr.grad_norm[:, -1].mean())}
+    median = float(tr.adam_median[:, -1].mean())
+    last_lr = tr.lr * (tr.steps[-1] + 1) ** -tr.power
+    return {"eps": tr.eps, "median_over_eps": median / tr.eps if tr.eps else float("inf"),
+            "update_max": float(tr.update_max[:, -1].mean()), "grad_norm": float(tr.grad_norm[:, -1].mean()),
+            "lr_over_memory": float(last_lr / (1 - 0.999))}
+
+
+def adam_ends(tr: Trajectory) -> str:
+    """What decides where an Adam run ends, read from its anatomy at the last checkpoint (``adam_numbers``):
+    "eps" where eps dominates the denominator (median sqrt(v_hat) <= eps / 10: the step is ~ m_hat / eps, gradient
+    descent's); "memory of v" where the largest update is below half the step size (v still holds the larger
+    gradients of ~1/(1 - beta2) steps ago, so the update is well below sign descent's); otherwise "step size" (the
+    update is sign-like, and how far the direction has come is set by the sum of the step sizes); "float64 range"
+    where the median sqrt(v_hat) is below ``FLOAT_RANGE`` (the squared gradient, about exp(-2 x margin), reaches
+    float64's smallest numbers: v stops resolving it, and with eps = 0 coordinates whose v is 0 stop moving)."""
+    n = adam_numbers(tr)
+    if n["median_over_eps"] <= 0.1:
+        return "eps"
+    if tr.adam_median[:, -1].mean() < FLOAT_RANGE:
+        return "float64 range"
+    return "memory of v" if n["update_max"] < 0.5 else "step size"
+
+
+def decades(steps: np.ndarray) -> list[int]:
+    """The checkpoints of ``steps`` that are powers of ten from 100 on."""
+    return [int(s) for s in steps if s >= 100 and np.isclose(np.log10(s), round(np.log10(s)))]
+
+
+def adam_table_header(steps: np.ndarray) -> list[str]:
+    """The columns of ``adam_table`` for checkpoints ``steps``."""
+    return (["step size", "eps"] + [f"t = {t:.0e}".replace("e+0", "e") for t in decades(steps)]
+            + ["cosine to linf", "cosine to l2", "largest update / step", "median sqrt(v_hat) / eps", "ends by"])
+
+
+def adam_table(runs: list[Trajectory]) -> list[list[str]]:
+    """One row per Adam run on the kernel rung (``ADAM_TABLE``): its schedule and eps, the l-infinity margin ratio
+    (mean over seeds) at every power of ten of steps, the last cosines to the l-infinity and L2 solutions, the
+    anatomy at the end (``adam_numbers``) and what decides where it ends (``adam_ends``)."""
+    rows = []
+    for tr in runs:
+        n = adam_numbers(tr)
+        at = [int(np.flatnonzero(tr.steps == t)[0]) for t in decades(tr.steps)]
+        step = f"{tr.lr:g} (t+2)^-{tr.power:g}" if tr.power else f"{tr.lr:g} (lr / (1 - b2) = {tr.lr / 1e-3:g})"
+        rows.append([step, f"{tr.eps:g}"] + [f"{tr.margin_ratio['linf'][:, i].mean():.3f}" for i in at]
+                    + [f"{tr.cosine['linf'][:, -1].mean():.3f}", f"{tr.cosine['l2'][:, -1].mean():.3f}",
+                       f"{n['update_max']:.2g}", "-" if not tr.eps else f"{n['median_over_eps']:.2g}", adam_ends(tr)])
+    return rows
+
+
+def adam_table_numbers(runs: list[Trajectory]) -> dict[str, float | str]:
+    """The numbers the prose cites from ``adam_table``'s runs: the best l-infinity margin ratio at the end under
+    the theorem's conditions (decaying step, eps = 0: ``theorem_best`` with its schedule ``theorem_best_schedule``)
+    and outside them (constant step: ``constant_best``, ``constant_best_schedule``); the same decaying schedules
+    with eps = 1e-8 (``theorem_eps_best``); and how many runs end by each cause (``by_eps``, ``by_memory``,
+    ``by_step``, ``by_range``)."""
+    def best(keep) -> tuple[float, str]:
+        chosen = [tr for tr in runs if keep(tr)]
+        if not chosen:
+            return float("nan"), "none"
+        tr = max(chosen, key=lambda t: t.margin_ratio["linf"][:, -1].mean())
+        return float(tr.margin_ratio["linf"][:, -1].mean()), (f"{tr.lr:g} (t+2)^-{tr.power:g}" if tr.power
+                                                               else f"lr {tr.lr:g}")
+
+    theorem = best(lambda t: t.power > 0 and t.eps == 0)
+    constant = best(lambda t: t.power == 0)
+    with_eps = best(lambda t: t.power > 0 and t.eps > 0)
+    ends = [adam_ends(tr) for tr in runs]
+    return {"theorem_best": theorem[0], "theorem_best_schedule": theorem[1], "constant_best": constant[0],
+            "constant_best_schedule": constant[1], "theorem_eps_best": with_eps[0],
+            "by_eps": ends.count("eps"), "by_memory": ends.count("memory of v"), "by_step": ends.count("step size"),
+            "by_range": ends.count("float64 range"), "steps": int(runs[0].steps[-1])}
 
 
 def adam_reading(tr: Trajectory) -> str:
-    """What Adam's update at the end of ``tr`` is (markdown with math): gradient-like when eps dominates the
-    denominator (median sqrt(v_hat) <= eps / 10), neither when they are of one order, else how far below sign
-    descent's it is; when eps dominates, also when the turn away from the sign-like step began (the first
-    checkpoint whose largest update fell below lr / 2) against when the median sqrt(v_hat) fell below eps."""
-    numbers = adam_numbers(tr)
-    ratio, umax = numbers["median_over_eps"], numbers["update_max"]
-    shrinking = bool((tr.grad_norm[:, -1] < tr.grad_norm[:, -2]).all())
-    if ratio <= 0.1:
-        reading = ("So $\\epsilon$ dominates the denominator: the update is close to $\\hat m/\\epsilon$, a momentum form of "
-                   "gradient descent (step $\\mathrm{lr}/\\epsilon$), whose geometry is $\\ell_2$'s, not the sign-like step "
-                   "the $\\ell_\\infty$ result assumes; with $\\beta_2 = \\beta_1$ and a negligible $\\epsilon$ it is sign-like.")
-    elif ratio < 10:
-        reading = "So $\\epsilon$ and $\\sqrt{\\hat v}$ are of the same order: the update is neither sign-like nor gradient-like."
-    elif umax < 0.5 and shrinking:
-        reading = ("So $\\epsilon$ is not what holds Adam back here. The update is well below sign descent's: $\\hat v$ "
-                   "averages the squared gradient over about $1/(1-\\beta_2) = 1000$ steps while the gradient keeps shrinking "
-                   "(the figure), so each coordinate is divided by an older, larger gradient scale, and the step is not the "
-                   "sign-like one the $\\ell_\\infty$ result assumes; with $\\beta_2 = \\beta_1$ it is.")
-    else:
-        reading = "So $\\epsilon$ is not what holds Adam back here, and the update is " + (
-            "close to sign descent's." if umax >= 0.5 else "well below sign descent's.")
-    steps = np.asarray(tr.steps)
-    halved = steps[tr.update_max.mean(0) < 0.5]
-    crossed = steps[tr.adam_median.mean(0) < tr.eps]
-    if ratio <= 0.1 and len(halved) and (not len(crossed) or halved[0] < crossed[0]):
-        until = f"until step {int(crossed[0]):,}" if len(crossed) else "throughout"
-        reading += (f" The turn away from the sign-like step started earlier, though: the largest update fell below half "
-                    f"of lr by step {int(halved[0]):,}, while the median $\\sqrt{{\\hat v}}$ stayed above $\\epsilon$ "
-                    f"{until}; $\\hat v$ averages the squared gradient over about $1/(1-\\beta_2) = 1000$ steps of a "
-                    "shrinking gradient, so each coordinate is divided by an older, larger scale.")
-    return reading
+    """What Adam's update at the end of ``tr`` is and what keeps it from l-infinity's limit (markdown with math).
+
+    Zhang, Zou & Cao (2024) prove the l-infinity limit for full-batch Adam with its usual betas, a decaying step
+    size eta_t = Theta(t^-a), a in (0, 1], and eps neglected: no condition beta2 = beta1. What the decaying step buys
+    is that eventually the iterate moves little within v's memory of ~1/(1 - beta2) steps, so that v follows the
+    current, shrinking gradient and the update is sign-like. The reading says which of eps (``adam_ends``), v's
+    memory, or the step size decides the run, with the numbers of ``adam_numbers``."""
+    n = adam_numbers(tr)
+    ends = adam_ends(tr)
+    inside = tr.power > 0 and tr.eps == 0
+    if ends != "eps" and n["median_over_eps"] < 10:
+        return adam_reading_eps_order(tr, inside)
+    where = ("This run is inside the conditions of the $\\ell_\\infty$ result (decaying step, $\\epsilon = 0$). "
+             if inside else "This run is outside the conditions of the $\\ell_\\infty$ result, which asks for a "
+             "decaying step size and a negligible $\\epsilon$ (with the usual $\\beta$s). ")
+    if ends == "eps":
+        return where + ("Here $\\epsilon$ dominates the denominator: the update is close to $\\hat m/\\epsilon$, "
+                        "a momentum form of gradient descent with step $\\mathrm{lr}/\\epsilon$, whose geometry is "
+                        "$\\ell_2$'s, not the sign-like step behind the $\\ell_\\infty$ limit.")
+    if ends == "float64 range":
+        return where + ("Here the margin has grown so far that the squared gradient is near float64's smallest "
+                        "numbers: $\\hat v$ no longer resolves it, and the run stops being Adam's arithmetic.")
+    if ends == "memory of v":
+        return where + (f"Here $\\epsilon$ is not what holds Adam back: the largest update is {n['update_max']:.2g} "
+                        "of the step size, well below sign descent's 1. $\\hat v$ averages the squared gradient over "
+                        "about $1/(1-\\beta_2) = 1000$ steps, while the loss, and with it the gradient, keeps shrinking; "
+                        "each coordinate is divided by an older, larger gradient scale. The step moves the iterate by "
+                        f"{n['lr_over_memory']:.2g} within that memory: a decaying step makes this small, which is "
+                        "what the theorem's schedule is for.")
+    return where + (f"Here the update is sign-like (the largest is {n['update_max']:.2g} of the step size): "
+                    "$\\hat v$ follows the current gradient, and how far the direction has come toward "
+                    "$\\ell_\\infty$'s is set by the sum of the step sizes.")
+
+
+def adam_reading_eps_order(tr: Trajectory, inside: bool) -> str:
+    """``adam_reading`` where eps and the median sqrt(v_hat) are of one order (within a factor 10)."""
+    return ("This run is " + ("inside" if inside else "outside") + " the conditions of the $\\ell_\\infty$ result. "
+            "Here $\\epsilon$ and $\\sqrt{\\hat v}$ are of the same order: the update is neither sign-like nor "
+            "gradient-like.")
 
 
 def kernel_rung_numbers(rows: list[dict], rung: Rung) -> dict[str, float]:
-    """The kernel rung's numbers the prose cites: default Adam's cosine to l-infinity and to L2
-    (``adam_default``, ``adam_default_l2``), sign-like Adam's to l-infinity (``adam_signlike``), and how close the
-    l-infinity and pair-norm solutions are to the L2 one (``linf_l2``, ``pairs_l2``)."""
-    adam = {r["signlike"]: r for r in rows if r["rule"] == "adam"}
-    return {"adam_default": adam[False]["cos_linf"], "adam_default_l2": adam[False]["cos_l2"],
-            "adam_signlike": adam[True]["cos_linf"],
+    """The kernel rung's numbers the prose cites: Adam at the book's constant step (``adam_default``,
+    ``adam_default_l2``: cosines to l-infinity and L2; ``adam_default_ratio``: its l-infinity margin ratio) and
+    under its theorem (``adam_theorem``, ``adam_theorem_ratio``), sign descent on the factors against
+    ``factors_linf`` and against l-infinity on w (``sign_factors_ratio``, ``sign_factors_linf_ratio``), and how
+    close the solutions are to each other (``linf_l2``, ``pairs_l2``, ``factors_linf_linf``)."""
+    adam = {r["conditions"]: r for r in rows if r["rule"] == "adam" and r["parametrisation"] == "linear"}
+    sign = next(r for r in rows if r["rule"] == "sign" and r["parametrisation"] == "factorised")
+    return {"adam_default": adam["outside"]["cos_linf"], "adam_default_l2": adam["outside"]["cos_l2"],
+            "adam_default_ratio": adam["outside"]["ratio_linf"], "adam_theorem": adam["theorem"]["cos_linf"],
+            "adam_theorem_ratio": adam["theorem"]["ratio_linf"], "sign_factors_ratio": sign["ratio_factors_linf"],
+            "sign_factors_linf_ratio": sign["ratio_linf"],
             "linf_l2": float(cosine(rung.solution("linf"), rung.solution("l2"))),
-            "pairs_l2": float(cosine(rung.solution("pairs"), rung.solution("l2")))}
+            "pairs_l2": float(cosine(rung.solution("pairs"), rung.solution("l2"))),
+            "factors_linf_linf": float(cosine(rung.solution("factors_linf"), rung.solution("linf")))}

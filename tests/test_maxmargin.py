@@ -32,6 +32,10 @@ def test_solutions_meet_every_margin_with_some_tight(norm: str, offset: int, tra
     ("linf", [[1.0, 1.0], [1.0, -1.0]], [1.0, 0.0]),  # the sum gives w1 >= 1; at w1 = 1 both force w2 = 0
     ("pairs", [[2.0, 1.0, 0.0, 0.0]], [0.5, 0.0, 0.0, 0.0]),  # |(w1,w3)| + |(w2,w4)| >= |w1| + |w2|: all on w1
     ("pairs", [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0]], [1.0, 0.0, 0.0, 1.0]),
+    # w = (Re z1, Re z2, Im z1, Im z2); w1 + w2 >= 1 at the smallest max(|w1| + |w3|, |w2| + |w4|): half on each pair
+    ("factors_linf", [[1.0, 1.0, 0.0, 0.0]], [0.5, 0.5, 0.0, 0.0]),
+    # both parts of pair 1 needed: |Re z1| + |Im z1| >= 2, pair 2 takes it with |Re z2| = 1 and pair 1 with 1
+    ("factors_linf", [[1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]], [1.0, 0.0, 1.0, 0.0]),
 ])
 def test_hard_margin_on_problems_solved_by_hand(norm: str, g: list, expected: list) -> None:
     assert np.allclose(mm.hard_margin(np.array(g), norm), expected, atol=1e-7)
@@ -57,6 +61,26 @@ def test_unseparable_constraints_say_so() -> None:
             mm.hard_margin(np.array([[1.0, 0.0], [-1.0, 0.0]]), norm)
 
 
+def test_factors_linf_is_the_image_of_the_factors_box() -> None:
+    """The derivation of ``factors_linf``: z = q conj(k) for q, k in the box [-1, 1]^2 stays in the diamond
+    |Re z| + |Im z| <= 2, sampled factors (corners included) reach its boundary, and every boundary point is the
+    image of box factors (q = 1 + i, k = ((x + y) / 2, (x - y) / 2))."""
+    rng = np.random.default_rng(0)
+    q, k = (rng.uniform(-1, 1, (20000, 2)) for _ in range(2))
+    q[:4], k[:4] = [[1, 1], [1, -1], [-1, 1], [1, 1]], [[1, -1], [1, 1], [1, 1], [-1, 1]]  # corner pairs
+    z = (q[:, 0] + 1j * q[:, 1]) * np.conj(k[:, 0] + 1j * k[:, 1])
+    w = np.stack([z.real, z.imag], 1)  # one pair: (Re z, Im z)
+    size = mm.norm_of(w, "factors_linf")
+    assert size.max() <= 2 + 1e-12 and np.isclose(size.max(), 2)
+    angle = rng.uniform(0, 2 * np.pi, 1000)
+    edge = np.stack([np.cos(angle), np.sin(angle)], 1)
+    edge *= 2 / np.abs(edge).sum(1, keepdims=True)  # points with |x| + |y| = 2
+    kk = np.stack([edge.sum(1), edge[:, 0] - edge[:, 1]], 1) / 2
+    assert np.abs(kk).max() <= 1 + 1e-12
+    image = (1 + 1j) * np.conj(kk[:, 0] + 1j * kk[:, 1])
+    assert np.allclose(np.stack([image.real, image.imag], 1), edge)
+
+
 def test_each_norm_is_smallest_for_its_own_solution() -> None:
     sol = {n: mm.solve(2, 32, 32, norm=n) for n in mm.NORMS}
     size = {"l2": lambda s: np.linalg.norm(s.w), "linf": lambda s: np.abs(s.w).max(),
@@ -64,6 +88,11 @@ def test_each_norm_is_smallest_for_its_own_solution() -> None:
     for own in mm.NORMS:
         for other in mm.NORMS:
             assert size[own](sol[own]) <= size[own](sol[other]) + 1e-6, (own, other)
+    g = mm.kernel_constraints(2, 32, sol["l2"].theta)
+    factors = mm.hard_margin(g, "factors_linf")
+    assert (g @ factors).min() == pytest.approx(1)
+    for other in sol.values():
+        assert mm.norm_of(factors, "factors_linf") <= mm.norm_of(other.w, "factors_linf") + 1e-7
     pairs, l2 = sol["pairs"], sol["l2"]
     assert (pairs.amplitude > 1e-3 * pairs.amplitude.max()).sum() <= (l2.amplitude > 1e-3 * l2.amplitude.max()).sum()
 

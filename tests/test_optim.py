@@ -26,8 +26,10 @@ def gradients(steps: int, shape: tuple[int, int] = (3, 7)) -> list[torch.Tensor]
     return out
 
 
-def by_hand(rule: str, p0: np.ndarray, grads: list[np.ndarray], decay: np.ndarray) -> np.ndarray:
-    """The update rules of optim's table, entry by entry in plain Python floats: p (S, P) after the steps."""
+def by_hand(rule: str, p0: np.ndarray, grads: list[np.ndarray], decay: np.ndarray, power: float = 0.0,
+            eps: float = EPS) -> np.ndarray:
+    """The update rules of optim's table, entry by entry in plain Python floats: p (S, P) after the steps, the t-th
+    with step size LR (t + 1)^-power; Adam with eps = 0 leaves an entry whose second moment is 0 where it is."""
     p = p0.copy()
     S, P = p.shape
     m, v = np.zeros_like(p), np.zeros_like(p)
@@ -48,8 +50,9 @@ def by_hand(rule: str, p0: np.ndarray, grads: list[np.ndarray], decay: np.ndarra
                 else:  # adam
                     m[s, i] = B1 * m[s, i] + (1 - B1) * x
                     v[s, i] = B2 * v[s, i] + (1 - B2) * x * x
-                    u = (m[s, i] / (1 - B1**t)) / (math.sqrt(v[s, i] / (1 - B2**t)) + EPS)
-                p[s, i] = p[s, i] - LR[s] * (u + decay[s, i] * p[s, i])
+                    root = math.sqrt(v[s, i] / (1 - B2**t)) + eps
+                    u = (m[s, i] / (1 - B1**t)) / root if root > 0 else 0.0
+                p[s, i] = p[s, i] - LR[s] * (t + 1) ** -power * (u + decay[s, i] * p[s, i])
     return p
 
 
@@ -133,7 +136,49 @@ def test_adam_denominator_is_the_root_of_the_corrected_second_moment() -> None:
         Optimizer("gd", torch.zeros(3, 7), LR).adam_denominator()
 
 
+@pytest.mark.parametrize("rule", RULES)
+def test_a_decaying_step_size_matches_a_hand_computation(rule: str) -> None:
+    """The t-th update takes LR (t + 1)^-a (Zhang, Zou & Cao's eta_0 (s + 2)^-a, s = t - 1), decay included."""
+    grads = gradients(4)
+    p0 = torch.randn(3, 7, generator=generator(17), dtype=torch.float64)
+    decay = torch.full_like(p0, 0.05)
+    opt = Optimizer(rule, p0.clone(), LR, decay.clone(), power=0.7)
+    for g in grads:
+        opt.step(g.clone())
+    want = by_hand(rule, p0.numpy(), [g.numpy() for g in grads], decay.numpy(), power=0.7)
+    assert np.allclose(opt.params.numpy(), want, rtol=1e-12, atol=1e-14)
+    assert torch.allclose(opt.current_lr(), torch.tensor(LR, dtype=torch.float64)[:, None] * 5.0**-0.7)
+
+
+def test_adams_decaying_step_is_the_same_compiled_or_not() -> None:
+    grads = gradients(6)
+    p0 = torch.randn(3, 7, generator=generator(18), dtype=torch.float64)
+    a, b = (Optimizer("adam", p0.clone(), LR, power=0.5, compiled=c) for c in (True, False))
+    for g in grads:
+        a.step(g.clone())
+        b.step(g.clone())
+    assert torch.allclose(a.params, b.params, rtol=1e-13, atol=1e-15)
+
+
+def test_adam_without_eps_leaves_a_coordinate_that_never_had_a_gradient() -> None:
+    """eps = 0 (Zhang, Zou & Cao's setting): entry 0 of every gradient is 0, so v = m = 0 there; it stays put
+    instead of becoming 0 / 0, and every other entry moves as the hand computation with eps = 0 says."""
+    grads = gradients(4)
+    p0 = torch.randn(3, 7, generator=generator(19), dtype=torch.float64)
+    opt = Optimizer("adam", p0.clone(), LR, eps=0.0, power=1.0)
+    assert not opt.compiled  # the compiled pass has no guard for 0 / 0
+    for g in grads:
+        opt.step(g.clone())
+    assert torch.isfinite(opt.params).all() and torch.equal(opt.params[:, 0], p0[:, 0])
+    want = by_hand("adam", p0.numpy(), [g.numpy() for g in grads], np.zeros((3, 7)), power=1.0, eps=0.0)
+    assert np.allclose(opt.params.numpy(), want, rtol=1e-12, atol=1e-14)
+
+
 def test_bad_arguments_say_what_to_change() -> None:
+    with pytest.raises(ValueError, match="eps >= 0"):
+        Optimizer("adam", torch.zeros(3, 2), LR, eps=-1.0)
+    with pytest.raises(ValueError, match=r"power in \[0, 1\]"):
+        Optimizer("adam", torch.zeros(3, 2), LR, power=2.0)
     with pytest.raises(ValueError, match="use one of adam, gd, ngd, sign, signum"):
         Optimizer("sgd", torch.zeros(3, 2), LR)
     with pytest.raises(ValueError, match="members, parameters"):

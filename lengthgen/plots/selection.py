@@ -8,73 +8,90 @@ from typing import TYPE_CHECKING, Mapping
 import numpy as np
 import plotly.graph_objects as go
 
+from ..forecast import LIMIT_HORIZON
+from ..optim import GEOMETRY
 from .render import grid_controls, share_styles
 
 if TYPE_CHECKING:
     from ..selection import Trajectory
 
-GEOMETRY_COLORS = {"l2": "#1f77b4", "linf": "#d62728", "pairs": "#2ca02c"}
+GEOMETRY_COLORS = {"l2": "#1f77b4", "linf": "#d62728", "pairs": "#2ca02c", "factors_linf": "#9467bd"}
 
 
-def selection_explorer(explore: Mapping[tuple[str, int, float], dict], train_length: int,
-                       title: str = "Max-margin kernel of geometry {0}, offset K = {1}, RoPE base {2}") -> go.Figure:
-    """For every (geometry, offset, base) of ``explore`` (``prediction.explore``): the max-margin kernel c(delta)
-    in percent of its in-window margin against the offset back |delta| (left; the training window shaded, the
-    highest beyond-window peaks marked) and the accuracy it predicts by evaluation length (right). Buttons pick
-    the geometry and the base, a slider the offset (``grid_controls``; render with ``glue_grid_figure``).
+def selection_explorer(explore: dict,
+                       title: str = "Rule {0}, step size {1}, {2} steps, offset K = {3}, RoPE base {4}") -> go.Figure:
+    """The prediction before training for a chosen rule, step size, number of steps, offset and RoPE base
+    (``forecast.explore``; buttons pick the rule, step size and base, sliders the steps and the offset:
+    ``grid_controls``, render with ``glue_grid_figure``). Left: the max-margin kernel of the rule's geometry,
+    c(delta) in percent of its in-window margin against the offset back |delta|, the training window shaded, the
+    highest beyond-window peaks and the first offset that reaches the target (``forecast.first_reach``) marked.
+    Right: accuracy by length, the limit prediction (dashed: no scale) beside the finite-step prediction at the
+    in-window margin the rule reaches in those steps (solid).
 
-    explore[(g, K, base)]: "kernel" (m,) c at delta = 0, -1, ..., -(m-1); "peaks" list of {"delta", "value"};
-    "lengths" (n,) and "accuracy" (n,). Page weight: the kernels and peaks in whole percent of the margin (the
-    hover's precision, 0.01 margin), the kernels int16 on plotly's implicit x axis; the few peaks and accuracies
-    as JSON lists (shorter than base64 below about eight values), accuracy to the hover's 3 decimals; the
-    training window a shape; each style sent once (``share_styles``: the traces go point by point, geometry
-    innermost, so their styles repeat).
+    Page weight: the kernels int16 percent on plotly's implicit x axis, shared along the step size and steps
+    (owner -1); the accuracy curves on an implicit x of log2(length / T), each a short JSON list to the hover's
+    3 decimals; the training window a shape; each style sent once (``share_styles``).
     """
     from plotly.subplots import make_subplots
 
-    geos = list(dict.fromkeys(g for g, _, _ in explore))
-    offsets = sorted({K for _, K, _ in explore})
-    bases = sorted({b for _, _, b in explore})
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1, subplot_titles=(
-        "max-margin kernel c(delta)", "predicted accuracy (before training)"))
-    owners: list[tuple[int, int, int]] = []
-    kernels = {p: _percent(e["kernel"]) for p, e in explore.items()}
+    T = explore["train_length"]
+    rules, steps = list(explore["rates"]), explore["steps"]
+    offsets, bases = explore["offsets"], explore["bases"]
+    n_rates = max(len(v) for v in explore["rates"].values())
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.12,
+                        subplot_titles=("kernel of the rule's geometry", "accuracy by length"))
+    kernels = {p: _percent(e["kernel"]) for p, e in explore["kernels"].items()}
     top = max(int(k.max()) for k in kernels.values())
     low = min(int(k.min()) for k in kernels.values())
     m = len(next(iter(kernels.values())))
-    pad = 0.05 * (top - low)  # the y axis: every kernel's range, one scale over the grid as the page switches points
-    fig.add_shape(type="rect", x0=0, x1=train_length - 1, y0=0, y1=1, xref="x", yref="y domain", layer="below",
+    pad = 0.05 * (top - low)  # one y scale over the grid as the page switches points
+    fig.add_shape(type="rect", x0=0, x1=T - 1, y0=0, y1=1, xref="x", yref="y domain", layer="below",
                   fillcolor="rgba(120, 120, 120, 0.12)", line_width=0, name="training window", showlegend=True,
-                  legendrank=1)  # first in the legend, as the trace it replaces was
-    points = sorted(explore, key=lambda p: (offsets.index(p[1]), bases.index(p[2]), geos.index(p[0])))
-    for g, K, b in points:
-        e = explore[(g, K, b)]
-        owner = (geos.index(g), offsets.index(K), bases.index(b))
-        color = GEOMETRY_COLORS.get(g, "#444")
-        fig.add_trace(go.Scatter(y=kernels[(g, K, b)], mode="lines",  # x: plotly's implicit 0, 1, 2, ...
-                                 line=dict(color=color, width=1.5), name=f"c(delta), {g}",
-                                 hovertemplate="%{x} back: %{y}%<extra></extra>"), row=1, col=1)
-        peaks = e["peaks"]
-        fig.add_trace(go.Scatter(x=[-int(p["delta"]) for p in peaks],
-                                 y=_percent([p["value"] for p in peaks]).tolist(), mode="markers",
+                  legendrank=1)
+    owners: list[tuple[int, ...]] = []
+    for (rule, K, b), e in explore["kernels"].items():
+        owner = (rules.index(rule), -1, -1, offsets.index(K), bases.index(b))
+        color = GEOMETRY_COLORS.get(GEOMETRY[rule], "#444")
+        reach = e["reach"]
+        fig.add_trace(go.Scatter(y=kernels[(rule, K, b)], mode="lines", line=dict(color=color, width=1.5),
+                                 name=f"c(delta), {GEOMETRY[rule]}", hovertemplate="%{x} back: %{y}%<extra></extra>"),
+                      row=1, col=1)
+        fig.add_trace(go.Scatter(x=[-int(p["delta"]) for p in e["peaks"]],
+                                 y=_percent([p["value"] for p in e["peaks"]]).tolist(), mode="markers",
                                  marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
                                  hovertemplate="%{x} back: %{y}%<extra>peak</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(x=[round(L / train_length, 3) for L in e["lengths"]],
-                                 y=[round(float(a), 3) for a in e["accuracy"]],
-                                 mode="lines+markers", line=dict(color=color, width=2), name=f"predicted accuracy, {g}",
-                                 hovertemplate="%{x}x: %{y:.3f}<extra></extra>"), row=1, col=2)
-        owners += [owner] * 3
-    dims = [("menu", "geometry", geos), ("slider", "offset K", [str(K) for K in offsets]),
+        shown = reach is not None and reach - 1 < m
+        fig.add_trace(go.Scatter(x=[reach - 1] if shown else [], y=[int(kernels[(rule, K, b)][reach - 1])] if shown else [],
+                                 mode="markers", marker=dict(color="#ff7f0e", size=11, symbol="diamond"),
+                                 name=("first to reach the target: " + (f"{reach / T:g}x" if reach else
+                                                                        f"none up to {LIMIT_HORIZON}x")),
+                                 hovertemplate="%{x} back<extra>first reach</extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(y=[round(float(a), 3) for a in e["limit"]], mode="lines+markers",
+                                 line=dict(color="#7f7f7f", width=2, dash="dash"), name="limit (no scale)",
+                                 hovertemplate="%{y:.3f}<extra>limit</extra>"), row=1, col=2)
+        owners += [owner] * 4
+    for (rule, i, n, K, b), e in explore["curves"].items():
+        fig.add_trace(go.Scatter(y=[round(float(a), 3) for a in e["accuracy"]], mode="lines+markers",
+                                 line=dict(color=GEOMETRY_COLORS.get(GEOMETRY[rule], "#444"), width=2),
+                                 name=f"after the steps (margin {e['scale']:.2g}, lr {e['lr']:g})",
+                                 hovertemplate="%{y:.3f}<extra>after the steps</extra>"), row=1, col=2)
+        owners.append((rules.index(rule), i, steps.index(n), offsets.index(K), bases.index(b)))
+    rate_labels = [" / ".join(f"{explore['rates'][r][i]:g}" for r in rules) for i in range(n_rates)]
+    dims = [("menu", "rule", rules), ("menu", "lr (" + " / ".join(rules) + ")", rate_labels),
+            ("slider", "steps", [str(n) for n in steps]), ("slider", "offset K", [str(K) for K in offsets]),
             ("menu", "RoPE base", [f"{b:g}" for b in bases])]
-    grid_controls(fig, owners, dims, (0, 0, 0), title)
-    fig.update_xaxes(title_text="offset back |delta| (positions)", range=[0, m], row=1, col=1)
-    fig.update_yaxes(title_text="c(delta), % of the in-window margin", range=[low - pad, top + pad], row=1, col=1)
-    fig.update_xaxes(title_text="evaluation length / training length (log scale)", type="log", row=1, col=2)
-    fig.update_yaxes(title_text="accuracy (fraction correct)", range=[0, 1.05], row=1, col=2)
-    fig.update_layout(height=620, margin=dict(t=190, b=140, r=20), title=dict(x=0.02, y=0.99, yanchor="top"),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1.08, yanchor="bottom"))
+    grid_controls(fig, owners, dims, (0, n_rates // 2, len(steps) - 1, 0, 0), title)
+    multiples = explore["multiples"]
+    fig.update_xaxes(title_text="offset back |delta|", range=[0, m], row=1, col=1)
+    fig.update_yaxes(title_text="c(delta), % of in-window margin", range=[low - pad, top + pad], row=1, col=1)
+    fig.update_xaxes(title_text="length / training length", tickmode="array", tickvals=list(range(len(multiples))),
+                     ticktext=[f"{x:g}x" for x in multiples], range=[-0.3, len(multiples) - 0.7], row=1, col=2)
+    fig.update_yaxes(title_text="accuracy", range=[0, 1.05], row=1, col=2)
+    fig.update_layout(height=660, margin=dict(l=60, t=230, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top",
+                                                                                       font=dict(size=14)),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.06, yanchor="bottom"))
     for i, menu in enumerate(fig.layout.updatemenus):
-        menu.update(x=0, xanchor="left", y=1.42 - 0.12 * i, yanchor="top")
+        menu.update(x=0, xanchor="left", y=1.5 - 0.11 * i, yanchor="top")
     return share_styles(fig)
 
 
