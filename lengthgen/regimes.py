@@ -20,6 +20,7 @@ import numpy as np
 from .config import Config
 from .dilution import LAWS, Comparison
 from .evaluate import evaluate
+from .forecast import LIMIT_HORIZON, first_reach
 from .kernel import BEYOND_MULTIPLE, carrier_kernel
 from .maxmargin import MaxMargin
 from .kernel import reach_envelope
@@ -144,6 +145,16 @@ def maxmargin_numbers(solutions: Mapping[str, MaxMargin], train_length: int) -> 
     out["sign"] = "both above zero" if min(sol.beyond_margin(last) for sol in solutions.values()) > 0 \
         else "not both above zero"
     return out
+
+
+def limit_reach(solutions: Mapping[str, MaxMargin], max_multiple: int = LIMIT_HORIZON) -> str:
+    """Per geometry, where its max-margin kernel stops picking the target in the limit (attention all on the highest
+    logit): the first length at which a beyond-window offset reaches the target's value (``forecast.first_reach``),
+    as "geometry: length L (m x T)" or "geometry: none up to ``max_multiple``x", joined by "; "."""
+    def one(g: str, s: MaxMargin) -> str:
+        L = first_reach(s, max_multiple)
+        return f"{g}: none up to {max_multiple}x" if L is None else f"{g}: length {L} ({L / s.train_length:.1f}x)"
+    return "; ".join(one(g, s) for g, s in solutions.items())
 
 
 def kernel_shape_frames(paths: Mapping[str, StepPath], solutions: Mapping[str, MaxMargin], offset: int,

@@ -9,6 +9,7 @@ from lengthgen import Config, dilution, evaluate
 from lengthgen import maxmargin as mm
 from lengthgen import regimes
 from lengthgen import trajectory as tj
+from lengthgen.forecast import first_reach
 from lengthgen.plots import md_table
 
 SMALL = Config(vocab=8, dim=16, train_length=12, offset=2, batch=64, lr=1e-2, target_accuracy=None)
@@ -78,6 +79,15 @@ def test_the_max_margin_numbers(solutions) -> None:
     assert 1 <= numbers["pairs_pairs"] <= numbers["l2_pairs"] <= SMALL.dim // 2
     assert numbers["sign"] == ("both above zero" if min(numbers["l2_beyond"], numbers["pairs_beyond"]) > 0
                                else "not both above zero")
+
+
+def test_the_limit_reach_per_geometry(solutions) -> None:
+    text = regimes.limit_reach(solutions, max_multiple=64)
+    for g, sol in solutions.items():
+        L = first_reach(sol, 64)
+        assert (f"{g}: none up to 64x" if L is None else f"{g}: length {L} ({L / SMALL.train_length:.1f}x)") in text
+    one = next(iter(solutions.values()))
+    assert regimes.limit_reach({"x": one}, max_multiple=1) == "x: none up to 1x"  # nothing beyond the window yet
 
 
 def test_the_alignment_sentence_follows_the_order() -> None:
