@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compare import two_se_rule
+from .inline import counted, spread
 from .sweep import stats
 
 VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
@@ -40,9 +41,18 @@ class Estimate:
     se: float
     n: int
 
-    def text(self, digits: int = 3, unit: str = "seeds") -> str:
-        """``mean ± 2 se (n seeds)``, the form the findings table prints (``unit``: what the n values are)."""
-        return f"{self.mean:.{digits}f} ± {2 * self.se:.{digits}f} ({self.n} {unit})"
+    def text(self, digits: int = 3, unit: str = "seed") -> str:
+        """``mean ± 2 se (n seeds)``, the form the findings table prints (``unit``: what the n values are, in the
+        singular); one value has no spread, and says so instead of ``± 0``."""
+        return self.cell(f".{digits}f", unit)
+
+    def cell(self, fmt: str = ".3f", unit: str = "seed") -> str:
+        """``text`` with the numbers in format ``fmt`` (e.g. ``".1e"``); ``unit`` may add a setting after a comma
+        ("seed, T=64" -> "3 seeds, T=64")."""
+        noun, comma, setting = unit.partition(",")
+        if self.n == 1:
+            return f"{self.mean:{fmt}} ({counted(1, noun)}{comma}{setting}: no spread)"
+        return f"{spread(self.mean, 2 * self.se, self.n, fmt)} ({counted(self.n, noun)}{comma}{setting})"
 
 
 def estimate(values: Sequence[float] | np.ndarray) -> Estimate:
@@ -78,7 +88,7 @@ def recipe_status(decisions: Sequence[bool | None]) -> str:
 
 def verdict(decisions: Mapping[str, Sequence[bool | None]]) -> str:
     """The verdict across recipes (recipe name -> decisions over the horizons, nearest first): "holds" under
-    every recipe; "holds in one regime: NAME" when it holds under some only; "bounded" when no recipe holds it
+    every recipe; "holds in one regime (NAME)" when it holds under some only; "bounded" when no recipe holds it
     everywhere but one holds it at the nearest horizon; "undecided" when the seeds cannot tell; else "does not
     hold"."""
     status = {name: recipe_status(d) for name, d in decisions.items()}
@@ -86,7 +96,7 @@ def verdict(decisions: Mapping[str, Sequence[bool | None]]) -> str:
     if holding and len(holding) == len(status):
         return "holds"
     if holding:
-        return f"holds in one regime: {', '.join(holding)}"
+        return f"holds in one regime ({', '.join(holding)})"
     if any(s == "bounded" for s in status.values()):
         return "bounded"
     if any(s == "undecided" for s in status.values()):
@@ -109,7 +119,7 @@ class Finding:
 
     decisions: dict[str, list[bool | None]]
     far: dict[str, np.ndarray]  # (S,) per recipe, as given (not converted)
-    unit: dict[str, str] = field(default_factory=dict)  # what the shown values count, e.g. "seeds, T=64"
+    unit: dict[str, str] = field(default_factory=dict)  # what one shown value is, e.g. "seed, T=64"
 
     @property
     def verdict(self) -> str:
@@ -120,8 +130,7 @@ class Finding:
         """Recipe ``name``'s table cell: ``mean ± 2 se (n unit): status`` at the farthest horizon, numbers in
         ``fmt`` (e.g. ``".1e"`` for values near zero)."""
         e = estimate(self.far[name])
-        return (f"{e.mean:{fmt}} ± {2 * e.se:{fmt}} ({e.n} {self.unit.get(name, 'seeds')}): "
-                f"{recipe_status(self.decisions[name])}")
+        return f"{e.cell(fmt, self.unit.get(name, 'seed'))}: {recipe_status(self.decisions[name])}"
 
 
 def _horizons(values: np.ndarray) -> np.ndarray:
@@ -130,10 +139,10 @@ def _horizons(values: np.ndarray) -> np.ndarray:
     return values[None] if values.ndim == 1 else values
 
 
-def judge(values: Mapping[str, np.ndarray], threshold: float, above: bool, unit: str = "seeds") -> Finding:
+def judge(values: Mapping[str, np.ndarray], threshold: float, above: bool, unit: str = "seed") -> Finding:
     """Judge a claim from per-seed values per recipe, (n_horizons, S) nearest horizon first or (S,) for a claim
     with no horizon: the two-standard-error decision against ``threshold`` at each horizon (``above``: the
-    values must lie above it). ``unit``: what the values count (seeds, seed pairs)."""
+    values must lie above it). ``unit``: what one value is, in the singular (seed, seed pair)."""
     rows = {name: _horizons(v) for name, v in values.items()}
     return Finding({name: [decide(estimate(h), threshold, above) for h in v] for name, v in rows.items()},
                    {name: v[-1] for name, v in rows.items()}, {name: unit for name in rows})
@@ -149,5 +158,5 @@ def judge_all(values: Mapping[str, Mapping[str, np.ndarray]], threshold: float, 
         n = len(next(iter(rows.values())))
         decisions[name] = [all_of([decide(estimate(v[h]), threshold, above) for v in rows.values()]) for h in range(n)]
         worst = (min if above else max)(rows, key=lambda s: rows[s][-1].mean())
-        far[name], unit[name] = rows[worst][-1], f"seeds, {worst}"
+        far[name], unit[name] = rows[worst][-1], f"seed, {worst}"
     return Finding(decisions, far, unit)

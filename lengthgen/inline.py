@@ -145,6 +145,22 @@ class Bundle:
 
 glue = Glued()  # chapters: from lengthgen.inline import glue
 
+
+# Words that stay true in every mode (quick or full, built or rerun): a count with its noun in the right number,
+# and a mean with its spread only where there is one.
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """"1 seed", "3 seeds" (``plural`` for nouns that do not take an s: counted(2, "seed pair") -> "2 seed pairs")."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+def spread(mean: float, half_width: float, n: int, fmt: str = ".3f", unit: str = "seed") -> str:
+    """"0.812 ± 0.010" for n >= 2 values; "0.812 (1 seed: no spread)" for one, where a ± would read as a
+    measured spread of zero. ``half_width``: the ± (a standard error, or two); ``unit``: what n counts."""
+    if n == 1:
+        return f"{mean:{fmt}} ({counted(1, unit)}: no spread)"
+    return f"{mean:{fmt}} ± {half_width:{fmt}}"
+
 BIB = Path(__file__).resolve().parents[1] / "references.bib"  # in a checkout; absent where pip installed the package
 _ENTRY = re.compile(r"@\w+\{([^,\s]+),(.*?)\n\}", re.S)
 _FIELD = re.compile(r"^\s*(author|year)\s*=\s*\{?(.+?)\}?,?\s*$", re.M)
@@ -204,6 +220,15 @@ def book_notebook(text: str, titles: dict[str, str] | None = None) -> str:
 @lru_cache(maxsize=4)
 def _book_titles(srcdir: str) -> dict[str, str]:
     return heading_titles(sorted((Path(srcdir) / "book").glob("*.ipynb")))
+
+
+def ref(label: str) -> str:
+    """A cross-reference to the heading ``label`` for markdown that a chapter glues (a table cell): with the
+    heading's title as its text (``{ref}`title <label>```), which JupyterLab shows as the title where a bare
+    ``{ref}`label``` would show the label; the page shows the title either way. Where the book's notebooks are
+    not beside the package (an installed package), the bare label."""
+    title = _book_titles(str(BIB.parent)).get(label)
+    return f"{{ref}}`{title} <{label}>`" if title else f"{{ref}}`{label}`"
 
 
 def _source_read(app: Any, docname: str, content: list[str]) -> None:

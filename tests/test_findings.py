@@ -12,6 +12,14 @@ def test_estimate_mean_and_standard_error():
     assert e.se == pytest.approx(1.0 / np.sqrt(3))
     assert e.text(2) == f"2.00 ± {2 / np.sqrt(3):.2f} (3 seeds)"
     assert findings.estimate([0.5]).se == 0.0
+    assert findings.estimate([0.5]).text(2) == "0.50 (1 seed: no spread)", "one seed: no ± 0.00"
+
+
+def test_one_seed_cells_say_there_is_no_spread():
+    found = findings.judge({"a": np.array([[0.99], [0.97]])}, findings.TRANSFER, above=True)
+    assert found.cell("a") == "0.970 (1 seed: no spread): holds"
+    worst = findings.judge_all({"a": {"T=64": np.array([[0.99]])}}, findings.TRANSFER, above=True)
+    assert worst.cell("a") == "0.990 (1 seed, T=64: no spread): holds"
     with pytest.raises(ValueError, match="finite per-seed"):
         findings.estimate([np.nan, 1.0])
 
@@ -27,7 +35,7 @@ def test_two_standard_error_rule():
 
 def test_verdicts_over_recipes_and_horizons():
     assert findings.verdict({"a": [True, True], "b": [True, True]}) == "holds"
-    assert findings.verdict({"a": [True, False], "b": [True, True]}) == "holds in one regime: b"
+    assert findings.verdict({"a": [True, False], "b": [True, True]}) == "holds in one regime (b)"
     assert findings.verdict({"a": [True, False], "b": [True, None]}) == "bounded"
     assert findings.verdict({"a": [None, None], "b": [False, False]}) == "undecided"
     assert findings.verdict({"a": [False, True], "b": [False, False]}) == "does not hold"
@@ -85,12 +93,12 @@ def test_judge_decides_each_horizon_and_shows_the_farthest():
               "small steps": np.array([[0.99, 0.99, 1.0], [0.97, 0.98, 0.99]])}
     found = findings.judge(values, findings.TRANSFER, above=True)
     assert found.decisions == {"first fit": [True, False], "small steps": [True, True]}
-    assert found.verdict == "holds in one regime: small steps"
+    assert found.verdict == "holds in one regime (small steps)"
     np.testing.assert_array_equal(found.far["first fit"], values["first fit"][-1])
     e = findings.estimate(values["first fit"][-1])
     assert found.cell("first fit") == f"{e.text(3)}: bounded"
     assert found.cell("small steps", ".1e").endswith("(3 seeds): holds") and "e-01" in found.cell("small steps", ".1e")
-    one = findings.judge({"a": np.array([1e-12, 2e-12])}, findings.EXACT, above=False, unit="seed pairs")
+    one = findings.judge({"a": np.array([1e-12, 2e-12])}, findings.EXACT, above=False, unit="seed pair")
     assert one.decisions == {"a": [True]} and one.cell("a", ".1e").startswith("1.5e-12 ± ")
     assert "(2 seed pairs): holds" in one.cell("a", ".1e")
 
@@ -101,6 +109,6 @@ def test_judge_all_needs_every_setting_and_shows_the_worst():
                                findings.TRANSFER, above=True)
     assert found.decisions == {"r": [True, False], "s": [True, True]}
     np.testing.assert_array_equal(found.far["r"], bad[-1])
-    assert found.unit == {"r": "seeds, T=64", "s": "seeds, K=1"}  # ties: the first setting
+    assert found.unit == {"r": "seed, T=64", "s": "seed, K=1"}  # ties: the first setting
     assert found.cell("r").endswith("(3 seeds, T=64): bounded")
-    assert found.verdict == "holds in one regime: s"
+    assert found.verdict == "holds in one regime (s)"

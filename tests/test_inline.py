@@ -137,3 +137,21 @@ def test_each_glues_every_value_of_a_mapping_under_its_prefixed_name() -> None:
     assert repr(glue.text("rope_n")) == "4"
     with pytest.raises(KeyError):
         glue.text("acc")
+
+
+def test_counts_and_spreads_read_right_with_one_seed() -> None:
+    from lengthgen.inline import counted, spread
+
+    assert [counted(n, "seed") for n in (1, 2)] == ["1 seed", "2 seeds"]
+    assert counted(2, "seed pair") == "2 seed pairs" and counted(3, "child", "children") == "3 children"
+    assert spread(0.8123, 0.0104, 3) == "0.812 ± 0.010"
+    assert spread(0.8123, 0.0, 1) == "0.812 (1 seed: no spread)", "one seed: no ± 0.000"
+
+
+def test_a_reference_in_glued_markdown_carries_its_title() -> None:
+    """A glued table's {ref} (the findings table) shows the chapter's title in JupyterLab, as the page does."""
+    from lengthgen.inline import ref
+
+    titles = heading_titles(sorted((ROOT / "book").glob("*.ipynb")))
+    assert ref("chapter-rope") == f"{{ref}}`{titles['chapter-rope']} <chapter-rope>`"
+    assert ref("no-such-label") == "{ref}`no-such-label`"
