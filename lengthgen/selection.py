@@ -614,21 +614,21 @@ def ladder_numbers(rows: list[dict]) -> dict[str, int | str]:
 
 # Adam under its theorem and outside it -----------------------------------------------------------------------------
 
-def adam_numbers(tr: Trajectory) -> dict[str, float]:
-    """Adam's update at the last checkpoint of ``tr`` (means over seeds): its ``eps``, the median sqrt(v_hat) over
+def adam_numbers(tr: Trajectory, at: int = -1) -> dict[str, float]:
+    """Adam's update at checkpoint ``at`` (default the last) of ``tr`` (means over seeds): its ``eps``, the median sqrt(v_hat) over
     eps (``median_over_eps``, inf for eps = 0), the largest update in units of that step's size (``update_max``),
     the gradient norm, and the last step size over 1 - beta2 (``lr_over_memory``: how far the iterate moves, in
     step sizes, within v's memory of ~1/(1 - beta2) steps; computed for the usual beta2 = 0.999)."""
     if tr.adam_median is None:
         raise ConfigError(f"rule {tr.rule!r}: Adam's numbers need an Adam run (rule='adam')")
-    median = float(tr.adam_median[:, -1].mean())
-    last_lr = tr.lr * (tr.steps[-1] + 1) ** -tr.power
+    median = float(tr.adam_median[:, at].mean())
+    last_lr = tr.lr * (tr.steps[at] + 1) ** -tr.power
     return {"eps": tr.eps, "median_over_eps": median / tr.eps if tr.eps else float("inf"),
-            "update_max": float(tr.update_max[:, -1].mean()), "grad_norm": float(tr.grad_norm[:, -1].mean()),
+            "update_max": float(tr.update_max[:, at].mean()), "grad_norm": float(tr.grad_norm[:, at].mean()),
             "lr_over_memory": float(last_lr / (1 - 0.999))}
 
 
-def adam_ends(tr: Trajectory) -> str:
+def adam_ends(tr: Trajectory, at: int = -1) -> str:
     """What decides where an Adam run ends, read from its anatomy at the last checkpoint (``adam_numbers``):
     "eps" where eps dominates the denominator (median sqrt(v_hat) <= eps / 10: the step is ~ m_hat / eps, gradient
     descent's); "memory of v" where the largest update is below half the step size (v still holds the larger
@@ -636,12 +636,25 @@ def adam_ends(tr: Trajectory) -> str:
     update is sign-like, and how far the direction has come is set by the sum of the step sizes); "float64 range"
     where the median sqrt(v_hat) is below ``FLOAT_RANGE`` (the squared gradient, about exp(-2 x margin), reaches
     float64's smallest numbers: v stops resolving it, and with eps = 0 coordinates whose v is 0 stop moving)."""
-    n = adam_numbers(tr)
+    n = adam_numbers(tr, at)
     if n["median_over_eps"] <= 0.1:
         return "eps"
-    if tr.adam_median[:, -1].mean() < FLOAT_RANGE:
+    if tr.adam_median[:, at].mean() < FLOAT_RANGE:
         return "float64 range"
     return "memory of v" if n["update_max"] < 0.5 else "step size"
+
+
+def adam_course(tr: Trajectory) -> str:
+    """``adam_ends`` at the last checkpoint, and where that is float64's range, also what held the update at the
+    last checkpoint before it and the first step in range ("memory of v, then float64 range from step 46,416")."""
+    ends = adam_ends(tr)
+    if ends != "float64 range":
+        return ends
+    inside = np.flatnonzero(tr.adam_median.mean(0) >= FLOAT_RANGE)
+    if not len(inside):
+        return ends
+    i = int(inside[-1])
+    return f"{adam_ends(tr, i)}, then float64 range from step {int(tr.steps[i + 1]):,}"
 
 
 def decades(steps: np.ndarray) -> list[int]:
@@ -658,7 +671,7 @@ def adam_table_header(steps: np.ndarray) -> list[str]:
 def adam_table(runs: list[Trajectory]) -> list[list[str]]:
     """One row per Adam run on the kernel rung (``ADAM_TABLE``): its schedule and eps, the l-infinity margin ratio
     (mean over seeds) at every power of ten of steps, the last cosines to the l-infinity and L2 solutions, the
-    anatomy at the end (``adam_numbers``) and what decides where it ends (``adam_ends``)."""
+    anatomy at the end (``adam_numbers``) and what decides where it ends (``adam_course``)."""
     rows = []
     for tr in runs:
         n = adam_numbers(tr)
@@ -666,7 +679,7 @@ def adam_table(runs: list[Trajectory]) -> list[list[str]]:
         step = f"{tr.lr:g} (t+2)^-{tr.power:g}" if tr.power else f"{tr.lr:g} (lr / (1 - b2) = {tr.lr / 1e-3:g})"
         rows.append([step, f"{tr.eps:g}"] + [f"{tr.margin_ratio['linf'][:, i].mean():.3f}" for i in at]
                     + [f"{tr.cosine['linf'][:, -1].mean():.3f}", f"{tr.cosine['l2'][:, -1].mean():.3f}",
-                       f"{n['update_max']:.2g}", "-" if not tr.eps else f"{n['median_over_eps']:.2g}", adam_ends(tr)])
+                       f"{n['update_max']:.2g}", "-" if not tr.eps else f"{n['median_over_eps']:.2g}", adam_course(tr)])
     return rows
 
 
@@ -675,7 +688,7 @@ def adam_table_numbers(runs: list[Trajectory]) -> dict[str, float | str]:
     the theorem's conditions (decaying step, eps = 0: ``theorem_best`` with its schedule ``theorem_best_schedule``)
     and outside them (constant step: ``constant_best``, ``constant_best_schedule``); the same decaying schedules
     with eps = 1e-8 (``theorem_eps_best``); and how many runs end by each cause (``by_eps``, ``by_memory``,
-    ``by_step``, ``by_range``)."""
+    ``by_step``, ``by_range``; for a run that ends at float64's range, what held it before: ``adam_course``)."""
     def best(keep) -> tuple[float, str]:
         chosen = [tr for tr in runs if keep(tr)]
         if not chosen:
@@ -687,7 +700,7 @@ def adam_table_numbers(runs: list[Trajectory]) -> dict[str, float | str]:
     theorem = best(lambda t: t.power > 0 and t.eps == 0)
     constant = best(lambda t: t.power == 0)
     with_eps = best(lambda t: t.power > 0 and t.eps > 0)
-    ends = [adam_ends(tr) for tr in runs]
+    ends = [adam_course(tr).split(", then")[0] for tr in runs]
     return {"theorem_best": theorem[0], "theorem_best_schedule": theorem[1], "constant_best": constant[0],
             "constant_best_schedule": constant[1], "theorem_eps_best": with_eps[0],
             "by_eps": ends.count("eps"), "by_memory": ends.count("memory of v"), "by_step": ends.count("step size"),

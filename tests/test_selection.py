@@ -326,6 +326,11 @@ def test_adams_reading_follows_its_anatomy(short_ladder) -> None:
     assert sel.adam_ends(damped) == "eps" and "dominates" in sel.adam_reading(damped)
     underflow = dataclasses.replace(theorem, adam_median=np.full((2, len(theorem.steps)), 1e-160))
     assert sel.adam_ends(underflow) == "float64 range" and "smallest" in sel.adam_reading(underflow)
+    T = len(theorem.steps)
+    later = np.concatenate([np.full((2, T - 2), 1e-3), np.full((2, 2), 1e-160)], 1)
+    held_then_range = dataclasses.replace(theorem, adam_median=later, update_max=np.full((2, T), 0.1))
+    assert sel.adam_course(held_then_range) == f"memory of v, then float64 range from step {int(theorem.steps[-2]):,}"
+    assert sel.adam_course(sign_like) == "step size"
     assert sel.adam_reading(adam).startswith("This run is outside the conditions")
     assert sel.adam_reading(theorem).startswith("This run is inside the conditions")
 
