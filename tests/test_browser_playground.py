@@ -280,6 +280,12 @@ def test_train_here_trains_in_the_built_page(context: BrowserContext, capsys: py
             spec = json.loads(page.locator(PANEL).locator("script.lg-spec").text_content())
             first = next(iter(spec["recipes"]))
             problems = refusal_problems(page)
+            for name in ("T", "K"):  # issue 31, item 5: a track long enough for the slider's range
+                slider = page.locator(PANEL).locator(f'[data-lg="{name}-range"]')
+                values = int(slider.get_attribute("max")) - int(slider.get_attribute("min"))
+                width = slider.bounding_box()["width"]
+                if width < 7.5 * values:
+                    problems.append(f"the {name} slider has {width:.0f} px of track for {values + 1} values")
             # the book's default setting
             set_controls(page, T=Config().train_length, K=Config().offset, seed=0, recipe=first)
             default = train_in_page(page)

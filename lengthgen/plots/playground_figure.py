@@ -126,9 +126,9 @@ def train_here_html(spec: dict) -> str:
 
     def slider(name: str, label: str, low: int, high: int, value: int) -> str:
         width = max(300, PX_PER_STEP * (high - low))
-        return (f'<label style="display:block;margin:4px 0">{label} '
+        return (f'<label style="display:block;margin:4px 0">{label}<br>'
                 f'<input type="range" data-lg="{name}-range" min="{low}" max="{high}" step="1" value="{value}" '
-                f'style="width:{width}px;max-width:60%;vertical-align:middle" aria-label="{label}"> '
+                f'style="width:{width}px;max-width:calc(100% - 7em);vertical-align:middle" aria-label="{label}"> '
                 f'<input type="number" data-lg="{name}-value" value="{value}" step="1" style="width:5em" '
                 f'aria-label="{label}, typed"></label>')
 
@@ -144,7 +144,8 @@ def train_here_html(spec: dict) -> str:
         + slider("K", "offset K", 1, hi - 1, start["K"])
         + f'<label style="display:block;margin:4px 0">seed <input type="number" data-lg="seed" value="{start["seed"]}" '
           f'min="{spec["seeds"][0]}" max="{spec["seeds"][1]}" step="1" style="width:6em"></label>'
-        + f'<label style="display:block;margin:4px 0">recipe <select data-lg="recipe">{options}</select></label>'
+        + f'<label style="display:block;margin:4px 0">recipe <select data-lg="recipe" style="max-width:100%">{options}</select>'
+          '</label><p data-lg="recipe-text" style="margin:0 0 4px 0;font-size:0.9em"></p>'
         + '<p data-lg="message" role="alert" style="color:#b00020;font-weight:bold;min-height:1.2em;margin:4px 0"></p>'
         + '<p data-lg="on-grid" style="margin:4px 0"></p>'
         + '<button type="button" data-lg="train" style="font-size:1.05em;padding:4px 16px">train RoPE and APE here</button>'

@@ -44,6 +44,7 @@
         $('train').disabled = s.message !== '';
         if (s.message !== '') box.dataset.state = 'refused';
         else if (box.dataset.state === 'refused') box.dataset.state = 'ready';
+        $('recipe-text').textContent = s.recipe + ': ' + spec.recipes[s.recipe].text;
         var point = spec.grid.points[s.recipe] && spec.grid.points[s.recipe][s.T + ',' + s.K];
         $('on-grid').textContent = s.message !== '' ? '' : point ?
             'This setting is on the precomputed grid: its ' + spec.grid.seeds.length + ' seeds will be drawn beside yours.' :
