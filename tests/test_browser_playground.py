@@ -11,9 +11,9 @@ controls cannot combine (the same figure without the page script).
 
 On the built page the panel is driven as a reader would: at the book's default setting (first fit, T=32, K=2,
 seed 0) RoPE reaches >= 0.99 at 1x and APE is within CHANCE_TOLERANCE of 1/V at every longer length; at a
-setting on the grid (first fit, T=16, K=2) every length of the grid agrees with the grid's seeds within their
+setting on the grid (T=16, K=2) every length of the grid agrees with the grid's seeds within their
 spread (the page's rule: 2 standard deviations of the seeds + 3 binomial standard errors of the held-out
-samples); a setting off the grid (T=20, K=5) trains and draws, with nothing to compare; K >= T and a fractional
+samples), in each of the grid's recipes; a setting off the grid (T=20, K=5) trains and draws, with nothing to compare; K >= T and a fractional
 K are refused with exactly the package's ConfigError message and the button off; nothing leaves 127.0.0.1.
 A synthetic page checks the refusals without a build.
 
@@ -300,21 +300,23 @@ def test_train_here_trains_in_the_built_page(context: BrowserContext, capsys: py
                 problems.append(f"the result figure is not drawn for T=32, K=2: {result}")
             if not drawn(page, "training")["n"] or min(drawn(page, "training")["n"]) < 1:
                 problems.append("the training figure shows no loss")
-            # on the grid: agreement within the seeds' spread
-            set_controls(page, T=16, K=2)
-            on_grid = train_in_page(page)
-            rows = on_grid["comparison"]
-            if len(rows) != 2 * len(spec["grid"]["multiples"]):
-                problems.append(f"first fit, T=16, K=2 is on the grid, but {len(rows)} values were compared")
-            problems += [f"T=16, K=2, {r['encoding']} at {r['multiple']}x: {r['here']:.3f} against the grid's "
-                         f"{r['mean']:.3f} +- {r['sd']:.3f}, off by more than {r['allowed']:.3f}" for r in rows if not r["agrees"]]
+            # on the grid, in each of its recipes: agreement within the seeds' spread
             with capsys.disabled():
-                print(f"\ntrain here, {first}, T=16, K=2, seed 0 (this run) against the grid's seeds {spec['grid']['seeds']}:")
-                for r in rows:
-                    print(f"  {r['encoding']:4s} {r['multiple']:2d}x  here {r['here']:.3f}  grid {r['mean']:.3f} +- {r['sd']:.3f}"
-                          f"  allowed {r['allowed']:.3f}  {'agrees' if r['agrees'] else 'DIFFERS'}")
-                print(f"  default setting: RoPE {[round(a, 3) for a in rope]}, APE {[round(a, 3) for a in ape]} "
+                print(f"\ndefault setting: RoPE {[round(a, 3) for a in rope]}, APE {[round(a, 3) for a in ape]} "
                       f"at {multiples}x; wall {default['seconds']:.2f} s")
+            for recipe in [name for name, r in spec["recipes"].items() if r["on_grid"]]:
+                set_controls(page, T=16, K=2, recipe=recipe)
+                rows = train_in_page(page)["comparison"]
+                if len(rows) != 2 * len(spec["grid"]["multiples"]):
+                    problems.append(f"{recipe}, T=16, K=2 is on the grid, but {len(rows)} values were compared")
+                problems += [f"{recipe}, T=16, K=2, {r['encoding']} at {r['multiple']}x: {r['here']:.3f} against the "
+                             f"grid's {r['mean']:.3f} +- {r['sd']:.3f}, off by more than {r['allowed']:.3f}"
+                             for r in rows if not r["agrees"]]
+                with capsys.disabled():
+                    print(f"train here, {recipe}, T=16, K=2, seed 0 against the grid's seeds {spec['grid']['seeds']}:")
+                    for r in rows:
+                        print(f"  {r['encoding']:4s} {r['multiple']:2d}x  here {r['here']:.3f}  grid {r['mean']:.3f} +- "
+                              f"{r['sd']:.3f}  allowed {r['allowed']:.3f}  {'agrees' if r['agrees'] else 'DIFFERS'}")
             # off the grid
             set_controls(page, T=20, K=5)
             if "not on the precomputed grid" not in page.locator(PANEL).locator('[data-lg="on-grid"]').inner_text():
