@@ -14,12 +14,17 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 # Notebooks are committed without outputs: a git filter (nbstripout, cell ids kept) cleans them on `git add`,
-# and `git diff` compares them without outputs. Set up in a git checkout only; idempotent.
+# and `git diff` compares them without outputs. It also drops what a rerun in JupyterLab adds: the inline
+# expressions' values (markdown cells' user_expressions) and the kernel's language details beyond its name
+# (tests/test_rerun_clean.py). Set up in a git checkout only; idempotent.
+NB_EXTRA_KEYS := cell.metadata.user_expressions $(addprefix metadata.language_info.,codemirror_mode file_extension \
+	mimetype nbconvert_exporter pygments_lexer version)
+NB_CLEAN := -m nbstripout --keep-id --extra-keys "$(NB_EXTRA_KEYS)"
 venv: $(STAMP)
 	@if [ -d .git ]; then \
 	  $(BIN)/nbstripout --install && \
-	  git config filter.nbstripout.clean '"$(abspath $(BIN)/python)" -m nbstripout --keep-id' && \
-	  git config diff.ipynb.textconv '"$(abspath $(BIN)/python)" -m nbstripout -t --keep-id'; fi
+	  git config filter.nbstripout.clean '"$(abspath $(BIN)/python)" $(NB_CLEAN)' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN)/python)" $(NB_CLEAN) -t'; fi
 
 # Rerun the chapters in JupyterLab (jupyterlab-myst renders their MyST; open book/NN_name.ipynb). As root
 # (containers, some cloud notebooks) jupyter refuses to start without --allow-root.
