@@ -29,15 +29,18 @@ def selection_explorer(explore: dict,
     in-window margin the rule reaches in those steps (solid).
 
     Page weight: the kernels int16 percent on plotly's implicit x axis, shared along the step size and steps
-    (owner -1); the accuracy curves on an implicit x of log2(length / T), each a short JSON list to the hover's
-    3 decimals; the training window a shape; each style sent once (``share_styles``).
+    (owner -1); the accuracy curves on an implicit x (the index of the multiple), each a short JSON list to the
+    hover's 2 decimals, the reached margin a one-string text; the training window a shape; each style sent once
+    (``share_styles``).
     """
     from plotly.subplots import make_subplots
 
     T = explore["train_length"]
     rules, steps = list(explore["rates"]), explore["steps"]
     offsets, bases = explore["offsets"], explore["bases"]
-    n_rates = max(len(v) for v in explore["rates"].values())
+    n_rates = len(explore["rates"][rules[0]])
+    if any(len(v) != n_rates for v in explore["rates"].values()):
+        raise ValueError(f"selection_explorer: give every rule as many step sizes ({explore['rates']})")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.12,
                         subplot_titles=("kernel of the rule's geometry", "accuracy by length"))
     kernels = {p: _percent(e["kernel"]) for p, e in explore["kernels"].items()}
@@ -49,33 +52,38 @@ def selection_explorer(explore: dict,
                   fillcolor="rgba(120, 120, 120, 0.12)", line_width=0, name="training window", showlegend=True,
                   legendrank=1)
     owners: list[tuple[int, ...]] = []
-    for (rule, K, b), e in explore["kernels"].items():
-        owner = (rules.index(rule), -1, -1, offsets.index(K), bases.index(b))
-        color = GEOMETRY_COLORS.get(GEOMETRY[rule], "#444")
-        reach = e["reach"]
-        fig.add_trace(go.Scatter(y=kernels[(rule, K, b)], mode="lines", line=dict(color=color, width=1.5),
-                                 name=f"c(delta), {GEOMETRY[rule]}", hovertemplate="%{x} back: %{y}%<extra></extra>"),
-                      row=1, col=1)
-        fig.add_trace(go.Scatter(x=[-int(p["delta"]) for p in e["peaks"]],
-                                 y=_percent([p["value"] for p in e["peaks"]]).tolist(), mode="markers",
-                                 marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
-                                 hovertemplate="%{x} back: %{y}%<extra>peak</extra>"), row=1, col=1)
-        shown = reach is not None and reach - 1 < m
-        fig.add_trace(go.Scatter(x=[reach - 1] if shown else [], y=[int(kernels[(rule, K, b)][reach - 1])] if shown else [],
-                                 mode="markers", marker=dict(color="#ff7f0e", size=11, symbol="diamond"),
-                                 name=("first to reach the target: " + (f"{reach / T:g}x" if reach else
-                                                                        f"none up to {LIMIT_HORIZON}x")),
-                                 hovertemplate="%{x} back<extra>first reach</extra>"), row=1, col=1)
-        fig.add_trace(go.Scatter(y=[round(float(a), 3) for a in e["limit"]], mode="lines+markers",
-                                 line=dict(color="#7f7f7f", width=2, dash="dash"), name="limit (no scale)",
-                                 hovertemplate="%{y:.3f}<extra>limit</extra>"), row=1, col=2)
-        owners += [owner] * 4
-    for (rule, i, n, K, b), e in explore["curves"].items():
-        fig.add_trace(go.Scatter(y=[round(float(a), 3) for a in e["accuracy"]], mode="lines+markers",
-                                 line=dict(color=GEOMETRY_COLORS.get(GEOMETRY[rule], "#444"), width=2),
-                                 name=f"after the steps (margin {e['scale']:.2g}, lr {e['lr']:g})",
-                                 hovertemplate="%{y:.3f}<extra>after the steps</extra>"), row=1, col=2)
-        owners.append((rules.index(rule), i, steps.index(n), offsets.index(K), bases.index(b)))
+    for K in offsets:  # point by point, rule innermost: the styles repeat with one period (share_styles)
+        for b in bases:
+            for rule in rules:
+                e = explore["kernels"][rule, K, b]
+                color = GEOMETRY_COLORS.get(GEOMETRY[rule], "#444")
+                reach = e["reach"]
+                fig.add_trace(go.Scatter(y=kernels[(rule, K, b)], mode="lines", line=dict(color=color, width=1.5),
+                                         name=f"c(delta), {GEOMETRY[rule]}",
+                                         hovertemplate="%{x} back: %{y}%<extra></extra>"), row=1, col=1)
+                fig.add_trace(go.Scatter(x=[-int(p["delta"]) for p in e["peaks"]],
+                                         y=_percent([p["value"] for p in e["peaks"]]).tolist(), mode="markers",
+                                         marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
+                                         hovertemplate="%{x} back: %{y}%<extra>peak</extra>"), row=1, col=1)
+                shown = reach is not None and reach - 1 < m
+                fig.add_trace(go.Scatter(x=[reach - 1] if shown else [None], y=[int(kernels[(rule, K, b)][reach - 1])]
+                                         if shown else [None], text="first reach: " + (
+                                             f"{reach / T:g}x" if reach else f"none up to {LIMIT_HORIZON}x"),
+                                         mode="markers", marker=dict(color="#ff7f0e", size=11, symbol="diamond"),
+                                         name="first offset to reach the target (hover)",
+                                         hovertemplate="%{x} back<extra>%{text}</extra>"), row=1, col=1)
+                fig.add_trace(go.Scatter(y=[round(float(a), 2) for a in e["limit"]], mode="lines+markers",
+                                         line=dict(color="#7f7f7f", width=2, dash="dash"), name="limit (no scale)",
+                                         hovertemplate="%{y:.2f}<extra>limit</extra>"), row=1, col=2)
+                owners += [(rules.index(rule), -1, -1, offsets.index(K), bases.index(b))] * 4
+                for i in range(len(explore["rates"][rule])):
+                    for n in steps:
+                        c = explore["curves"][rule, i, n, K, b]
+                        fig.add_trace(go.Scatter(y=[round(float(a), 2) for a in c["accuracy"]], mode="lines+markers",
+                                                 line=dict(color=color, width=2), name="after the chosen steps",
+                                                 text=f"{c['scale']:.2g}",
+                                                 hovertemplate="%{y:.2f}<extra>margin %{text}</extra>"), row=1, col=2)
+                        owners.append((rules.index(rule), i, steps.index(n), offsets.index(K), bases.index(b)))
     rate_labels = [" / ".join(f"{explore['rates'][r][i]:g}" for r in rules) for i in range(n_rates)]
     dims = [("menu", "rule", rules), ("menu", "lr (" + " / ".join(rules) + ")", rate_labels),
             ("slider", "steps", [str(n) for n in steps]), ("slider", "offset K", [str(K) for K in offsets]),
