@@ -202,25 +202,37 @@
         return t;
     }
 
-    function logitsOf(c, t, x, o, attn, mass, z) {
-        // one sequence x[o .. o + L): attention of the last query (attn, L), the mass on each token (V) and the
-        // logits (V)
+    function attention(c, t, x, o, attn, ao, mass, mo) {
+        // one sequence x[o .. o + L): the last query's attention over its keys into attn[ao .. ao + L) and the
+        // attention on each token into mass[mo .. mo + V)
         var V = c.vocab, L = t.L, VV = V * V, a = x[o + L - 1], ape = c.encoding === 'ape', top = -Infinity, j;
         for (j = 0; j < L; j++) {
             var s = ape ? t.TE[x[o + j] * V + a] + t.TP[j * V + a] : t.T[(L - 1 - j) * VV + x[o + j] * V + a];
-            attn[j] = s;
+            attn[ao + j] = s;
             if (s > top) top = s;
         }
         var sum = 0;
-        for (j = 0; j < L; j++) { attn[j] = Math.exp(attn[j] - top); sum += attn[j]; }
-        for (var b = 0; b < V; b++) mass[b] = 0;
-        for (j = 0; j < L; j++) { attn[j] /= sum; mass[x[o + j]] += attn[j]; }
-        for (var k = 0; k < V; k++) z[k] = t.R[a * V + k] + (ape ? t.Rlast[k] : 0);
+        for (j = 0; j < L; j++) { attn[ao + j] = Math.exp(attn[ao + j] - top); sum += attn[ao + j]; }
+        for (var b = 0; b < V; b++) mass[mo + b] = 0;
+        for (j = 0; j < L; j++) { attn[ao + j] /= sum; mass[mo + x[o + j]] += attn[ao + j]; }
+    }
+
+    function logitsOf(c, t, x, o, attn, mass, z) {
+        // one sequence's attention (attn, L), mass on each token (V) and logits (V)
+        var V = c.vocab, L = t.L, a = x[o + L - 1], ape = c.encoding === 'ape', j, k, b;
+        attention(c, t, x, o, attn, 0, mass, 0);
+        for (k = 0; k < V; k++) z[k] = t.R[a * V + k] + (ape ? t.Rlast[k] : 0);
         for (b = 0; b < V; b++) {
             var w = mass[b];
             if (w !== 0) for (k = 0; k < V; k++) z[k] += w * t.YvE[b * V + k];
         }
         if (ape) for (j = 0; j < L; j++) { var wj = attn[j]; for (k = 0; k < V; k++) z[k] += wj * t.YvP[j * V + k]; }
+    }
+
+    function transpose(ws, name, A, m, n) {  // A (m, n)^T into ws's array ``name``
+        var T = zeros(ws, name, m * n);
+        for (var i = 0; i < m; i++) for (var j = 0; j < n; j++) T[j * m + i] = A[i * n + j];
+        return T;
     }
 
     function argmax(z, n) { var best = 0; for (var k = 1; k < n; k++) if (z[k] > z[best]) best = k; return best; }
@@ -236,50 +248,48 @@
         function mm(m, n, k, A, B, C, add) { return mmInto(m, n, k, A, B, C || zeros(ws, 'g' + (ws.n++), m * n), add); }
         function mtm(m, n, k, A, B, C, add) { return mtmInto(m, n, k, A, B, C || zeros(ws, 'g' + (ws.n++), m * n), add); }
         function mmt(m, n, k, A, B, C, add) { return mmtInto(m, n, k, A, B, C || zeros(ws, 'g' + (ws.n++), m * n), add); }
-        var attn = zeros(ws, 'attn', L), mass = zeros(ws, 'mass', V), z = zeros(ws, 'z', V), g = zeros(ws, 'gz', V);
-        var gAttn = zeros(ws, 'gAttn', L), gMass = zeros(ws, 'gMass', V);
-        var GYvE = zeros(ws, 'GYvE', VV), GR = zeros(ws, 'GR', VV), GRlast = zeros(ws, 'GRlast', V);
-        var GYvP = ape ? zeros(ws, 'GYvP', L * V) : null;
+        // the batch's attention ATT (B, L) and mass on each token MA (B, V), then its logits Z (B, V) as products
+        var ATT = zeros(ws, 'ATT', B * L), MA = zeros(ws, 'MA', B * V), Z = zeros(ws, 'Z', B * V), Gz = zeros(ws, 'Gz', B * V);
+        var GR = zeros(ws, 'GR', VV), GRlast = zeros(ws, 'GRlast', V);
         var GT = ape ? null : zeros(ws, 'GT', L * VV), GTE = ape ? zeros(ws, 'GTE', VV) : null;
         var GTP = ape ? zeros(ws, 'GTP', L * V) : null;
-        var loglik = 0, correct = 0, j, k, b;
-        for (var n = 0; n < B; n++) {
-            var o = n * L, a = x[o + L - 1], tg = x[o + L - 1 - K];
-            logitsOf(c, t, x, o, attn, mass, z);
-            if (argmax(z, V) === tg) correct++;
+        var loglik = 0, correct = 0, j, k, n, b;
+        for (n = 0; n < B; n++) {
+            var o = n * L, a = x[o + L - 1];
+            attention(c, t, x, o, ATT, o, MA, n * V);
+            for (k = 0; k < V; k++) Z[n * V + k] = t.R[a * V + k] + (ape ? t.Rlast[k] : 0);
+        }
+        mmInto(B, V, V, MA, t.YvE, Z, true);
+        if (ape) mmInto(B, V, L, ATT, t.YvP, Z, true);
+        for (n = 0; n < B; n++) {
             // -log p_t = softplus(r), r = log(sum of the other probabilities) - log p_t (lengthgen.model)
-            var top = z[0];
-            for (k = 1; k < V; k++) if (z[k] > top) top = z[k];
+            var zo = n * V, tg = x[n * L + L - 1 - K], top = Z[zo], best = 0;
+            for (k = 1; k < V; k++) if (Z[zo + k] > top) { top = Z[zo + k]; best = k; }
+            if (best === tg) correct++;
             var zs = 0;
-            for (k = 0; k < V; k++) { g[k] = Math.exp(z[k] - top); zs += g[k]; }
+            for (k = 0; k < V; k++) { Gz[zo + k] = Math.exp(Z[zo + k] - top); zs += Gz[zo + k]; }
             var lse = Math.log(zs) + top, others = 0;
-            for (k = 0; k < V; k++) { g[k] /= zs; if (k !== tg) others += g[k]; }
-            var r = Math.log(others) - (z[tg] - lse);
+            for (k = 0; k < V; k++) { Gz[zo + k] /= zs; if (k !== tg) others += Gz[zo + k]; }
+            var r = Math.log(others) - (Z[zo + tg] - lse);
             loglik -= r > SOFTPLUS_THRESHOLD ? r : Math.log1p(Math.exp(r));
-            g[tg] = -others;
-            for (k = 0; k < V; k++) g[k] /= B;
-            // backward of this sequence into the tables' gradients
-            for (k = 0; k < V; k++) { GR[a * V + k] += g[k]; }
-            for (b = 0; b < V; b++) {
-                var s = 0, w = mass[b];
-                for (k = 0; k < V; k++) { s += t.YvE[b * V + k] * g[k]; GYvE[b * V + k] += w * g[k]; }
-                gMass[b] = s;
-            }
-            var dot = 0;
+            Gz[zo + tg] = -others;
+            for (k = 0; k < V; k++) { Gz[zo + k] /= B; GR[x[n * L + L - 1] * V + k] += Gz[zo + k]; }
+        }
+        // backward through the logits' products, then each sequence's softmax into the logit tables' gradients
+        var GYvE = mtm(V, V, B, MA, Gz), GM = mm(B, V, V, Gz, transpose(ws, 'YvET', t.YvE, V, V));
+        var GYvP = ape ? mtm(L, V, B, ATT, Gz) : null, GA = ape ? mm(B, L, V, Gz, transpose(ws, 'YvPT', t.YvP, L, V)) : null;
+        var gAttn = zeros(ws, 'gAttn', L);
+        for (n = 0; n < B; n++) {
+            var on = n * L, an = x[on + L - 1], dot = 0, gm = n * V;
             for (j = 0; j < L; j++) {
-                var ga = gMass[x[o + j]];
-                if (ape) {
-                    var sp = 0, aj = attn[j];
-                    for (k = 0; k < V; k++) { sp += t.YvP[j * V + k] * g[k]; GYvP[j * V + k] += aj * g[k]; }
-                    ga += sp;
-                }
+                var ga = GM[gm + x[on + j]] + (ape ? GA[on + j] : 0);
+                dot += ATT[on + j] * ga;
                 gAttn[j] = ga;
-                dot += attn[j] * ga;
             }
             for (j = 0; j < L; j++) {
-                var gs = attn[j] * (gAttn[j] - dot);
-                if (ape) { GTE[x[o + j] * V + a] += gs; GTP[j * V + a] += gs; }
-                else GT[(L - 1 - j) * VV + x[o + j] * V + a] += gs;
+                var gs = ATT[on + j] * (gAttn[j] - dot);
+                if (ape) { GTE[x[on + j] * V + an] += gs; GTP[j * V + an] += gs; }
+                else GT[(L - 1 - j) * VV + x[on + j] * V + an] += gs;
             }
         }
         loglik /= B;
