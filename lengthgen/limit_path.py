@@ -60,6 +60,9 @@ def log_checkpoints(steps: int, every: int, per_decade: int = 4) -> list[int]:
     return [int(s) for s in picks]
 
 
+KERNEL_GEOMETRIES = ("pairs", "factors_linf", "l2", "linf")  # induced on w by L2 and l-inf on the factors, then on w
+
+
 def kernel_solutions(c: Config, geometries: Sequence[str]) -> dict[str, MaxMargin]:
     """geometry -> the max-margin carrier kernel of ``c``'s task (offset, training length, width, RoPE base) for each
     kernel geometry ``maxmargin.hard_margin`` solves (the induced ``"factors_linf"`` as well as ``maxmargin.NORMS``)."""
@@ -180,6 +183,11 @@ def scheduled_train(c: Config, seeds: Sequence[int], power: float, eps: float | 
     return Trained(model, c, list(seeds), loss, acc, np.full(len(seeds), c.steps), time.perf_counter() - start)
 
 
+def _spread(x: np.ndarray) -> str:
+    """``compare.spread`` over seeds, or the one value when there is one seed."""
+    return spread(x) if len(x) > 1 else f"{float(x[0]):.3f}"
+
+
 def seed_agreement(w: np.ndarray) -> np.ndarray:
     """(S (S-1) / 2,) cosines between the directions (S, d) of every pair of seeds."""
     S = len(w)
@@ -237,6 +245,7 @@ class Approach:
     ratio: dict[str, float]
     cos_slope: dict[str, float]
     ratio_slope: dict[str, float]
+    ratio_start: dict[str, float]  # margin ratio at the first checkpoint of the last decade
     agree: float  # mean seed-to-seed cosine at the end
     share: float  # mean position share at the end
     target: float
@@ -260,22 +269,32 @@ def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMa
             name, max(final, key=final.get), {g: float(c[-1].mean()) for g, c in cos.items()}, final,
             {g: float(decade_slope(p.steps, c).mean()) for g, c in cos.items()},
             {g: float(decade_slope(p.steps, r).mean()) for g, r in ratio.items()},
+            {g: float(r[p.steps >= p.steps[-1] / 10][0].mean()) for g, r in ratio.items()},
             float(seed_agreement(p.w[-1]).mean()) if p.w.shape[1] > 1 else float("nan"),
             float(p.share[-1].mean()), target)
     return out
 
 
+REACHABLE_DECADES = 2.0  # "still approaching": the last decade's rate would reach the target within 100x the steps
+
+
 def approach_sentence(a: Approach) -> str:
-    """One rule's verdict in words: reached (margin ratio >= target), still approaching (with the decades of steps
-    it needs at its last decade's rate) or approaching none."""
+    """One rule's verdict in words: it reaches the closest geometry (margin ratio >= target); it was still fitting the
+    window when the last decade began (a rate from there says nothing about the limit); it is still approaching the
+    geometry (its last decade's rate would get there within ``REACHABLE_DECADES`` more decades of steps); or it
+    approaches none at the rate measured."""
     g, r = a.geometry, a.ratio[a.geometry]
+    where = f"{g} (margin ratio {r:.3f}, cosine {a.cos[g]:.3f})"
     if r >= a.target:
-        return f"{a.rule} reaches {g} (margin ratio {r:.3f}, cosine {a.cos[g]:.3f})"
-    if np.isfinite(a.decades):
-        return (f"{a.rule} is closest to {g} (margin ratio {r:.3f}, cosine {a.cos[g]:.3f}), gaining "
-                f"{a.ratio_slope[g]:+.3f} a decade: about {a.decades:.1f} more decades of steps to {a.target:g} at that rate")
-    return (f"{a.rule} approaches no geometry: closest to {g} (margin ratio {r:.3f}, cosine {a.cos[g]:.3f}), "
-            f"its ratio changing by {a.ratio_slope[g]:+.3f} a decade")
+        return f"{a.rule} reaches {where}"
+    rate = f"{a.ratio_slope[g]:+.4f} a decade"
+    if a.ratio_start[g] <= 0:
+        return (f"{a.rule} was still fitting the window when its last decade began (margin ratio {a.ratio_start[g]:.3f} "
+                f"then), so its rate, {rate}, predicts nothing yet; it ends closest to {where}")
+    if a.decades <= REACHABLE_DECADES:
+        return f"{a.rule} is still approaching {where}, gaining {rate}: about {a.decades:.1f} more decades of steps to {a.target:g}"
+    need = f"{a.decades:.0f} more decades of steps to {a.target:g} at that rate" if np.isfinite(a.decades) else "not gaining"
+    return f"{a.rule} approaches no geometry at the rate measured: closest to {where}, gaining {rate} ({need})"
 
 
 def limit_verdict(found: Mapping[str, Approach]) -> str:
@@ -308,8 +327,8 @@ def scan_rows(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.ndarra
     """One formatted row (``scan_header``) per training-set size: final loss, training accuracy, held-out accuracy
     at the training length (``heldout[N]`` (S,)), position share and the cosine to every geometry (each
     ``compare.spread`` over seeds), and the measured seconds per step and seed."""
-    return [[f"{N}", f"{np.nanmean(p.trained.loss[-1]):.1e}", spread(p.trained.accuracy[-1]), spread(heldout[N]),
-             spread(p.share[-1])] + [spread(p.cosines(s.w)[-1]) for s in solutions.values()]
+    return [[f"{N}", f"{np.nanmean(p.trained.loss[-1]):.1e}", _spread(p.trained.accuracy[-1]), _spread(heldout[N]),
+             _spread(p.share[-1])] + [_spread(p.cosines(s.w)[-1]) for s in solutions.values()]
             + [f"{p.seconds_per_step * 1e3:.1f} ms"] for N, p in scan.items()]
 
 
@@ -349,6 +368,15 @@ def limit_numbers(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.nd
             "share_bar": share_bar, "share_n": over[0] if over else "none",
             "reached": ", ".join(reached) if reached else "none", "closest_rule": top.rule,
             "closest_geometry": top.geometry, "closest_ratio": top.ratio[top.geometry], "closest_cos": top.cos[top.geometry]}
+
+
+def share_drift(paths: Mapping[str, DirectionPath]) -> dict[str, str | float]:
+    """The rule whose position share ends lowest (``drift_rule``), that final share and the highest it had along
+    training (``drift_final``, ``drift_peak``; means over seeds): a share that falls late means the content part is
+    fitting what position left, so the set is not large enough to keep position the only rule at that horizon."""
+    final = {name: float(p.share[-1].mean()) for name, p in paths.items()}
+    rule = min(final, key=final.get)
+    return {"drift_rule": rule, "drift_final": final[rule], "drift_peak": float(paths[rule].share.mean(1).max())}
 
 
 def full_scale_hours(seconds_per_step: float, steps: int, runs: int) -> float:

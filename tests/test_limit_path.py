@@ -129,12 +129,20 @@ def test_approaches_read_the_final_checkpoint_in_each_geometry(path, solutions) 
     assert a.cos["l2"] == pytest.approx(float(path.cosines(solutions["l2"].w)[-1].mean()))
     assert a.agree == pytest.approx(float(lp.seed_agreement(path.w[-1]).mean()))
     assert a.share == pytest.approx(float(path.share[-1].mean()))
+    start = int(np.flatnonzero(path.steps >= path.steps[-1] / 10)[0])
+    assert a.ratio_start["l2"] == pytest.approx(float(path.margin_ratios(solutions["l2"])[start].mean()))
     rows = lp.limit_rows({"gd": path}, found)
     assert len(rows[0]) == len(lp.limit_header(list(solutions))) and rows[0][1] == SMALL.recipe()
-    reached = lp.Approach("sign", "linf", {"linf": 0.999}, {"linf": 0.995}, {"linf": 0.0}, {"linf": 0.0}, 0.9, 0.9, 0.99)
-    none = lp.Approach("gd", "l2", {"l2": 0.6}, {"l2": 0.3}, {"l2": 0.0}, {"l2": -0.01}, 0.9, 0.9, 0.99)
-    verdict = lp.limit_verdict({"sign": reached, "gd": none})
+    reached = lp.Approach("sign", "linf", {"linf": 0.999}, {"linf": 0.995}, {"linf": 0.0}, {"linf": 0.0}, {"linf": 0.9}, 0.9, 0.9, 0.99)
+    none = lp.Approach("gd", "l2", {"l2": 0.6}, {"l2": 0.3}, {"l2": 0.0}, {"l2": -0.01}, {"l2": 0.3}, 0.9, 0.9, 0.99)
+    slow = lp.Approach("ngd", "l2", {"l2": 0.95}, {"l2": 0.945}, {"l2": 0.0}, {"l2": 0.0009}, {"l2": 0.94}, 0.9, 0.9, 0.99)
+    near = lp.Approach("adam", "pairs", {"pairs": 0.9}, {"pairs": 0.9}, {"pairs": 0.1}, {"pairs": 0.06}, {"pairs": 0.8}, 0.9, 0.9, 0.99)
+    verdict = lp.limit_verdict({"sign": reached, "gd": none, "ngd": slow, "adam": near})
     assert verdict.startswith("sign reaches linf (margin ratio 0.995") and "gd approaches no geometry" in verdict
+    assert "(not gaining)" in verdict and "ngd approaches no geometry" in verdict and "(50 more decades" in verdict
+    assert "adam is still approaching pairs" in verdict and "about 1.5 more decades" in verdict
+    fitting = lp.Approach("gd", "l2", {"l2": 0.86}, {"l2": 0.85}, {"l2": 3.0}, {"l2": 3.4}, {"l2": -0.5}, 0.8, 0.9, 0.99)
+    assert lp.approach_sentence(fitting).startswith("gd was still fitting the window when its last decade began")
     frames = lp.path_frames({"gd": path}, solutions, random=0.3)
     assert np.allclose(frames["gd"]["position share"][1], path.share[1:].mean(1))
     assert np.all(frames["gd"]["random direction (95% of |cosine|)"][1] == 0.3)
@@ -146,7 +154,7 @@ def test_limit_numbers_and_the_scan_table(path, solutions) -> None:
     scan = {64: path, 1024: path}
     heldout = {64: np.array([0.1, 0.2]), 1024: np.array([0.9, 1.0])}
     found = {"gd": lp.Approach("gd", "pairs", {"pairs": 0.97}, {"pairs": 0.95}, {"pairs": 0.01}, {"pairs": 0.02},
-                               0.9, 0.98, 0.99)}
+                               {"pairs": 0.9}, 0.9, 0.98, 0.99)}
     numbers = lp.limit_numbers(scan, heldout, found, share_bar=2.0)
     assert numbers["share_n"] == "none" and numbers["small_heldout"] == pytest.approx(0.15)
     assert (numbers["closest_rule"], numbers["closest_geometry"], numbers["closest_ratio"]) == ("gd", "pairs", 0.95)
@@ -154,6 +162,9 @@ def test_limit_numbers_and_the_scan_table(path, solutions) -> None:
     rows = lp.scan_rows(scan, heldout, solutions)
     assert [r[0] for r in rows] == ["64", "1024"] and all(len(r) == len(lp.scan_header(list(solutions))) for r in rows)
     assert lp.full_scale_hours(0.036, 100_000, 10) == pytest.approx(10.0)
+    drift = lp.share_drift({"a": path, "b": path})
+    assert drift["drift_rule"] == "a" and drift["drift_final"] == pytest.approx(float(path.share[-1].mean()))
+    assert drift["drift_peak"] == pytest.approx(float(path.share.mean(1).max())) and drift["drift_peak"] >= drift["drift_final"]
 
 
 # Weight decay ----------------------------------------------------------------------------------------------------
