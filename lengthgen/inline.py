@@ -28,6 +28,7 @@ into this form (idempotent).
 from __future__ import annotations
 
 import json
+import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -64,10 +65,21 @@ class Glued:
         self.bundles: dict[str, dict[str, Any]] = {}
 
     def __call__(self, name: str, variable: Any, display: bool = True) -> None:
-        """myst-nb's ``glue(name, variable, display)``, and the value kept for this kernel's expressions."""
-        from myst_nb import glue as myst_glue
+        """Keep the value for this kernel's expressions, and in the book build (``plots.BOOK_BUILD_ENV`` set, as
+        ``lengthgen.book`` sets it) also myst-nb's ``glue(name, variable, display)``, whose data-only output is
+        how the build reads the value from the executed notebook. A reader's kernel gets no such output: its
+        prose shows the value, and JupyterLab cannot draw data-only outputs (a chapter's many would sit behind a
+        "Show more outputs" button that reveals nothing); ``display=True`` shows the value there as usual."""
+        from .plots.render import BOOK_BUILD_ENV
 
-        myst_glue(name, variable, display=display)
+        if os.environ.get(BOOK_BUILD_ENV):
+            from myst_nb import glue as myst_glue
+
+            myst_glue(name, variable, display=display)
+        elif display:
+            from IPython.display import display as show
+
+            show(variable)
         self.bundles[name] = format_display_data(variable)[0]
 
     def each(self, values: Mapping[str, Any], prefix: str = "") -> None:

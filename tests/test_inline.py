@@ -103,6 +103,31 @@ def test_glued_values_read_back_as_the_roles_show_them() -> None:
         glue.figure("acc")
 
 
+def test_a_readers_kernel_gets_each_value_and_figure_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside the book build, glue makes no data-only output (JupyterLab hid chapter 1's 53 behind 'Show more
+    outputs') and a glued figure is not shown under its cell where the prose shows it (issue 31, item 3)."""
+    import sys
+
+    from lengthgen.plots.render import BOOK_BUILD_ENV
+
+    shown, recorded = [], []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
+    monkeypatch.setattr("myst_nb.glue", lambda *args, **kw: recorded.append(args[0]))
+    monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
+    glue = Glued()
+    glue("acc", 0.5, display=False)
+    plots.glue_figure("fig_once", go.Figure(go.Scatter(y=[1, 2])))
+    assert recorded == [] and shown == [] and repr(glue.text("acc:.1f")) == "0.5"
+    glue("shown", 0.25)  # display=True: the value under its cell, as usual
+    assert shown == [0.25]
+    monkeypatch.setitem(sys.modules, "google.colab", object())  # Colab: the prose cannot show the figure
+    plots.glue_figure("fig_once", go.Figure(go.Scatter(y=[1, 2])))
+    assert len(shown) == 2
+    monkeypatch.setenv(BOOK_BUILD_ENV, "1")  # the book build: myst-nb records every value
+    glue("acc", 0.5, display=False)
+    assert recorded == ["acc"]
+
+
 def test_figures_glued_by_plots_are_shown_by_their_jupyterlab_mimetype() -> None:
     from lengthgen.inline import glue
 

@@ -158,14 +158,24 @@ def test_grid_viewer_redraws_the_grid_point_its_controls_select() -> None:
 
 
 def test_grid_figure_outside_a_book_build_is_glued_without_dead_controls(monkeypatch) -> None:
-    from lengthgen.inline import WIDGET, glue
+    """In a reader's kernel the prose shows the live viewer (its widget view), once: no plotly figure whose
+    controls need the page's script, and nothing under the cell (issue 31, item 3)."""
+    import sys
+
+    from lengthgen.inline import PLOTLY, WIDGET, glue
+    from lengthgen.plots.grid_viewer import GridViewer
     from lengthgen.plots.render import BOOK_BUILD_ENV
 
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda *objs, **kw: shown.extend(objs))
     monkeypatch.delenv(BOOK_BUILD_ENV, raising=False)
     plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
-    glued = glue.bundles["grid_test"]["application/vnd.plotly.v1+json"]
-    assert WIDGET not in glue.bundles["grid_test"]
-    assert not glued["layout"].get("updatemenus") and not glued["layout"].get("sliders")  # no control that cannot act
+    assert WIDGET in glue.bundles["grid_test"] and PLOTLY not in glue.bundles["grid_test"]
+    viewers = lambda: [o for o in shown if isinstance(o, GridViewer)]  # noqa: E731 (it draws into its own output)
+    assert viewers() == [], "the viewer is shown once, in the prose"
+    monkeypatch.setitem(sys.modules, "google.colab", object())  # Colab's markdown shows no glued figure
+    plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
+    assert len(viewers()) == 1, "where the prose cannot show it, the viewer stands under its cell"
     monkeypatch.setenv(BOOK_BUILD_ENV, "1")
     plots.glue_grid_figure("grid_test", figures()["recipe_menu"]())
     assert WIDGET not in glue.bundles["grid_test"] and "text/html" in glue.bundles["grid_test"]
@@ -235,7 +245,8 @@ def full_size_explorer(seed: int = 0, rules=("gd", "sign", "adam"), steps=(100, 
                for r in rules for K in offsets for b in bases}
     curves = {(r, i, n, K, b): {"lr": 0.1 * 10**i, "scale": float(rng.random() * 10), "accuracy": rng.random(len(multiples))}
               for r in rules for i in range(3) for n in steps for K in offsets for b in bases}
-    return {"kernels": kernels, "curves": curves, "rates": {r: [0.1, 1.0, 10.0] for r in rules}, "steps": list(steps),
+    return {"kernels": kernels, "curves": curves, "rates": {r: 1.0 for r in rules}, "factors": [0.1, 1.0, 10.0],
+            "steps": list(steps),
             "offsets": list(offsets), "bases": list(bases), "multiples": list(multiples), "train_length": 32, "vocab": 16}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from importlib import resources
 from typing import Mapping, Sequence
 
@@ -277,6 +278,12 @@ class _Bundle:
         return self.bundle
 
 
+def prose_shows_figures() -> bool:
+    """Whether the prose of a reader's kernel shows the glued figures: JupyterLab (and Jupyter Notebook) with
+    jupyterlab-myst evaluates the chapters' ``{eval}`glue.figure(...)``` expressions; Colab's markdown does not."""
+    return "google.colab" not in sys.modules
+
+
 def _glue(name: str, fig: go.Figure, html: BookHTML) -> None:
     from IPython.display import display
     from ..inline import glue  # myst-nb glue that also keeps the figure for JupyterLab (lengthgen.inline)
@@ -284,25 +291,26 @@ def _glue(name: str, fig: go.Figure, html: BookHTML) -> None:
     fig_dict = fig.to_dict()
     bundle = _Bundle({**pio.renderers["plotly_mimetype"].to_mimebundle(fig_dict), **html.to_mimebundle(fig_dict)})
     glue(name, bundle, display=False)
-    if not os.environ.get(BOOK_BUILD_ENV):
+    if not os.environ.get(BOOK_BUILD_ENV) and not prose_shows_figures():
         display(bundle)
 
 
 def glue_figure(name: str, fig: go.Figure) -> None:
-    """Store ``fig`` under ``name`` for a ``{glue:figure}`` directive.
+    """Store ``fig`` under ``name`` for a ``{glue:figure}`` directive, shown once wherever it is read.
 
-    The stored bundle holds the book's HTML (for the page) and plotly's JSON mimetype (for JupyterLab).
-    In a book build (``BOOK_BUILD_ENV`` set) the figure appears only where the directive places it; in a
-    reader's own Jupyter session it is also shown under the cell that computes it.
+    The stored bundle holds the book's HTML (for the page) and plotly's JSON mimetype (for JupyterLab). The figure
+    appears where the prose places it: in the page, and in a reader's JupyterLab, whose markdown evaluates the
+    prose's expression; only where the prose cannot show it (Colab: ``prose_shows_figures``) does it appear
+    under the cell that computes it instead.
     """
     _glue(name, fig, BookHTML())
 
 
 def glue_grid_figure(name: str, fig: go.Figure) -> None:
     """``glue_figure`` for a ``grid_controls`` figure. In a book build the page's HTML carries GRID_JS, which
-    combines the controls. In a reader's kernel (JupyterLab, Colab), where that script does not run, the prose
-    shows the figure at its first grid point without controls (none that would not act), and the cell shows it
-    as a ``grid_viewer.GridViewer``: ipywidgets controls that redraw it from Python."""
+    combines the controls. In a reader's kernel (JupyterLab, Colab), where that script does not run, the figure is
+    a ``grid_viewer.GridViewer``: ipywidgets controls that redraw it from Python, shown once: in the prose where
+    it can show it (its widget view is what is glued), else under the cell."""
     if os.environ.get(BOOK_BUILD_ENV):
         _glue(name, fig, GridHTML())
         return
@@ -311,8 +319,9 @@ def glue_grid_figure(name: str, fig: go.Figure) -> None:
     from .grid_viewer import GridViewer
 
     viewer = GridViewer(fig)
-    glue(name, _Bundle(pio.renderers["plotly_mimetype"].to_mimebundle(viewer.figure().to_dict())), display=False)
-    display(viewer)
+    glue(name, viewer, display=False)
+    if not prose_shows_figures():
+        display(viewer)
 
 
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]]):  # -> IPython.display.Markdown
