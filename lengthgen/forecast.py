@@ -345,18 +345,21 @@ def seed_scores(rows: Sequence[dict], lead_bar: float = 1.0) -> dict[str, np.nda
 # The explorer's grid -----------------------------------------------------------------------------------------------
 
 @one_thread
-def explore(rates: Mapping[str, Sequence[float]], steps: Sequence[int], offsets: Sequence[int], bases: Sequence[float],
-            train_length: int, dim: int, vocab: int, multiples: Sequence[int], reach: int = 8) -> dict:
-    """The explorer's grid, all before training, for every rule of ``rates`` (rule -> its step sizes), offset and
-    RoPE base: the rule's max-margin kernel c(delta) at delta = 0, ..., -(reach T - 1) in units of its in-window
-    margin with its ``PEAKS`` highest beyond-window offsets and its ``first_reach``; the limit prediction's
-    accuracy at ``multiples`` x T; and for every step size and number of ``steps`` the reached in-window margin
-    (``growth``) and the accuracy predicted there. Keys: "kernels" (rule, K, base) -> {"kernel", "peaks",
-    "reach", "limit"}; "curves" (rule, lr index, steps, K, base) -> {"lr", "scale", "accuracy"}; and the axes
-    ("rates", "steps", "offsets", "bases", "multiples", "train_length", "vocab")."""
+def explore(rates: Mapping[str, float], factors: Sequence[float], steps: Sequence[int], offsets: Sequence[int],
+            bases: Sequence[float], train_length: int, dim: int, vocab: int, multiples: Sequence[int],
+            reach: int = 8) -> dict:
+    """The explorer's grid, all before training, for every rule of ``rates`` (rule -> its usual step size, taken
+    times each of ``factors``), offset and RoPE base: the rule's max-margin kernel c(delta) at delta = 0, ...,
+    -(reach T - 1) in units of its in-window margin with its ``PEAKS`` highest beyond-window offsets and its
+    ``first_reach``; the limit prediction's accuracy at ``multiples`` x T; and for every step size and number of
+    ``steps`` the reached in-window margin (``growth``) and the accuracy predicted there. Keys: "kernels" (rule, K,
+    base) -> {"kernel", "peaks", "reach", "limit"}; "curves" (rule, factor index, steps, K, base) -> {"lr",
+    "scale", "accuracy"}; and the axes ("rates", "factors", "steps", "offsets", "bases", "multiples",
+    "train_length", "vocab")."""
     T, lengths = train_length, [m * train_length for m in multiples]
     kernels, curves = {}, {}
-    for rule, lrs in rates.items():
+    for rule, usual in rates.items():
+        lrs = [usual * f for f in factors]
         for K in offsets:
             for base in bases:
                 sol = solution_for(K, T, dim, base, GEOMETRY[rule])
@@ -370,8 +373,7 @@ def explore(rates: Mapping[str, Sequence[float]], steps: Sequence[int], offsets:
                     for j, n in enumerate(steps):
                         curves[rule, i, n, K, base] = {"lr": lr, "scale": float(scales[i][j]),
                                                        "accuracy": acc[:, i * len(steps) + j]}
-    return {"kernels": kernels, "curves": curves, "rates": {r: list(v) for r, v in rates.items()},
-            "steps": list(steps), "offsets": list(offsets), "bases": list(bases), "multiples": list(multiples),
+    return {"kernels": kernels, "curves": curves, "rates": dict(rates), "factors": list(factors), "steps": list(steps), "offsets": list(offsets), "bases": list(bases), "multiples": list(multiples),
             "train_length": T, "vocab": vocab}
 
 

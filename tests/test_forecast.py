@@ -166,7 +166,7 @@ def test_lead_is_the_targets_lead_in_logits() -> None:
 def test_the_explorer_shows_both_predictions_for_every_choice() -> None:
     from lengthgen import plots
 
-    ex = fc.explore({"gd": [0.3, 1.0], "sign": [0.01, 0.1]}, [10, 100], [2], [100.0], 8, 8, 4, [1, 2, 4], reach=4)
+    ex = fc.explore({"gd": 1.0, "sign": 0.1}, [0.1, 1.0], [10, 100], [2], [100.0], 8, 8, 4, [1, 2, 4], reach=4)
     assert set(ex["kernels"]) == {("gd", 2, 100.0), ("sign", 2, 100.0)} and len(ex["curves"]) == 8
     sign = ex["curves"]["sign", 1, 100, 2, 100.0]
     assert sign["scale"] == pytest.approx(10 / np.abs(fc.solution_for(2, 8, 8, 100.0, "linf").w).max())

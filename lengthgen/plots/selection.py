@@ -19,16 +19,18 @@ GEOMETRY_COLORS = {"l2": "#1f77b4", "linf": "#d62728", "pairs": "#2ca02c", "fact
 
 
 def selection_explorer(explore: dict,
-                       title: str = "Rule {0}, step size {1}, {2} steps, offset K = {3}, RoPE base {4}") -> go.Figure:
+                       title: str = "Rule {0}, lr {1} its usual, {2} steps, offset K = {3}, RoPE base {4}") -> go.Figure:
     """The prediction before training for a chosen rule, step size, number of steps, offset and RoPE base
     (``forecast.explore``; buttons pick the rule, step size and base, sliders the steps and the offset:
     ``grid_controls``, render with ``glue_grid_figure``). Left: the max-margin kernel of the rule's geometry,
     c(delta) in percent of its in-window margin against the offset back |delta|, the training window shaded, the
-    highest beyond-window peaks and the first offset that reaches the target (``forecast.first_reach``) marked.
+    highest beyond-window peaks and the first offset that reaches the target (``forecast.first_reach``) marked
+    (at the plot's lower right edge when it lies beyond the plot or there is none; its hover says which).
     Right: accuracy by length, the limit prediction (dashed: no scale) beside the finite-step prediction at the
     in-window margin the rule reaches in those steps (solid).
 
-    Page weight: the kernels int16 percent on plotly's implicit x axis, shared along the step size and steps
+    The step sizes are each rule's usual one (``explore["rates"]``) times ``explore["factors"]``: one menu for all
+    rules. Page weight: the kernels int16 percent on plotly's implicit x axis, shared along the step size and steps
     (owner -1); the accuracy curves on an implicit x (the index of the multiple), each a short JSON list to the
     hover's 2 decimals, the reached margin a one-string text; the training window a shape; each style sent once
     (``share_styles``).
@@ -38,9 +40,7 @@ def selection_explorer(explore: dict,
     T = explore["train_length"]
     rules, steps = list(explore["rates"]), explore["steps"]
     offsets, bases = explore["offsets"], explore["bases"]
-    n_rates = len(explore["rates"][rules[0]])
-    if any(len(v) != n_rates for v in explore["rates"].values()):
-        raise ValueError(f"selection_explorer: give every rule as many step sizes ({explore['rates']})")
+    factors = explore["factors"]
     fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.12,
                         subplot_titles=("kernel of the rule's geometry", "accuracy by length"))
     kernels = {p: _percent(e["kernel"]) for p, e in explore["kernels"].items()}
@@ -66,8 +66,9 @@ def selection_explorer(explore: dict,
                                          marker=dict(color="black", size=8, symbol="x"), name="highest beyond the window",
                                          hovertemplate="%{x} back: %{y}%<extra>peak</extra>"), row=1, col=1)
                 shown = reach is not None and reach - 1 < m
-                fig.add_trace(go.Scatter(x=[reach - 1] if shown else [None], y=[int(kernels[(rule, K, b)][reach - 1])]
-                                         if shown else [None], text="first reach: " + (
+                fig.add_trace(go.Scatter(x=[reach - 1 if shown else m - 1],  # beyond the plot or none: at its edge
+                                         y=[int(kernels[(rule, K, b)][reach - 1]) if shown else low],
+                                         text="first reach: " + (
                                              f"{reach / T:g}x" if reach else f"none up to {LIMIT_HORIZON}x"),
                                          mode="markers", marker=dict(color="#ff7f0e", size=11, symbol="diamond"),
                                          name="first offset to reach the target (hover)",
@@ -76,7 +77,7 @@ def selection_explorer(explore: dict,
                                          line=dict(color="#7f7f7f", width=2, dash="dash"), name="limit (no scale)",
                                          hovertemplate="%{y:.2f}<extra>limit</extra>"), row=1, col=2)
                 owners += [(rules.index(rule), -1, -1, offsets.index(K), bases.index(b))] * 4
-                for i in range(len(explore["rates"][rule])):
+                for i in range(len(factors)):
                     for n in steps:
                         c = explore["curves"][rule, i, n, K, b]
                         fig.add_trace(go.Scatter(y=[round(float(a), 2) for a in c["accuracy"]], mode="lines+markers",
@@ -84,22 +85,22 @@ def selection_explorer(explore: dict,
                                                  text=f"{c['scale']:.2g}",
                                                  hovertemplate="%{y:.2f}<extra>margin %{text}</extra>"), row=1, col=2)
                         owners.append((rules.index(rule), i, steps.index(n), offsets.index(K), bases.index(b)))
-    rate_labels = [" / ".join(f"{explore['rates'][r][i]:g}" for r in rules) for i in range(n_rates)]
-    dims = [("menu", "rule", rules), ("menu", "lr (" + " / ".join(rules) + ")", rate_labels),
+    dims = [("menu", "rule", rules), ("menu", "lr", [f"x{f:g}" for f in factors]),
             ("slider", "steps", [str(n) for n in steps]), ("slider", "offset K", [str(K) for K in offsets]),
             ("menu", "RoPE base", [f"{b:g}" for b in bases])]
-    grid_controls(fig, owners, dims, (0, n_rates // 2, len(steps) - 1, 0, 0), title)
+    grid_controls(fig, owners, dims, (0, factors.index(1.0) if 1.0 in factors else 0, len(steps) - 1, 0, 0), title)
     multiples = explore["multiples"]
     fig.update_xaxes(title_text="offset back |delta|", range=[0, m], row=1, col=1)
     fig.update_yaxes(title_text="c(delta), % of in-window margin", range=[low - pad, top + pad], row=1, col=1)
     fig.update_xaxes(title_text="length / training length", tickmode="array", tickvals=list(range(len(multiples))),
                      ticktext=[f"{x:g}x" for x in multiples], range=[-0.3, len(multiples) - 0.7], row=1, col=2)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.05], row=1, col=2)
-    fig.update_layout(height=660, margin=dict(l=60, t=230, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top",
+    fig.update_layout(height=700, margin=dict(l=60, t=250, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top",
                                                                                        font=dict(size=14)),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1.06, yanchor="bottom"))
-    for i, menu in enumerate(fig.layout.updatemenus):
-        menu.update(x=0, xanchor="left", y=1.5 - 0.11 * i, yanchor="top")
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.05, yanchor="bottom"))
+    # the menus in two rows above the legend: rule and lr side by side, then the base (plot area: 300 px)
+    for menu, (x, y) in zip(fig.layout.updatemenus, [(0, 1.68), (0.52, 1.68), (0, 1.55)]):
+        menu.update(x=x, xanchor="left", y=y, yanchor="top")
     return share_styles(fig)
 
 
