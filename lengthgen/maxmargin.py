@@ -56,7 +56,7 @@ from .encodings import rope_frequencies
 from .kernel import BEYOND_MULTIPLE
 
 NORMS = ("l2", "linf", "pairs")  # the kernel's geometries
-SOLVER_NORMS = ("l2", "linf", "pairs", "factors_linf", "nuclear")  # what hard_margin solves
+SOLVER_NORMS = ("l2", "linf", "pairs", "factors_linf", "nuclear", "pair_nuclear")  # what hard_margin solves
 PEAKS = 5  # beyond-window peaks a MaxMargin reports by default
 
 
@@ -101,7 +101,10 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
 
     norm: ``"l2"`` (Euclidean; the Frobenius norm for a matrix), ``"linf"`` (largest |entry|), ``"pairs"``
     (sum over p < D/2 of |(w_p, w_(p + D/2))|, the RoPE pair layout of ``features``), ``"factors_linf"`` (the
-    largest over p < D/2 of |w_p| + |w_(p + D/2)|) or ``"nuclear"`` (sum of
+    largest over p < D/2 of |w_p| + |w_(p + D/2)|), ``"pair_nuclear"`` (w as X[a, b, c] of ``shape`` (V, V d), c the
+    RoPE layout of ``features``: the sum over pairs p of the nuclear norm of the complex V x V matrix
+    M_p = X[:, :, p] + i X[:, :, p + d/2]; gradient descent on token tables q, k with M_p = q_p k_p^H, rank one per
+    pair, favours it, since (|q_p|^2 + |k_p|^2) / 2 >= |q_p| |k_p| = |M_p|_* there) or ``"nuclear"`` (sum of
     singular values of w reshaped row-major to ``shape``). Raises ConfigError when the constraints cannot all
     hold (the data are not separable).
     """
@@ -123,12 +126,14 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
             objective = cp.sum(cp.norm(cp.vstack([x[: D // 2], x[D // 2:]]), 2, axis=0))
         elif norm == "factors_linf":
             objective = cp.max(cp.abs(x[: D // 2]) + cp.abs(x[D // 2:]))
+        elif norm == "pair_nuclear":
+            objective = sum(cp.normNuc(cp.bmat([[re, -im], [im, re]])) / 2 for re, im in _pair_matrices(x, shape, D))
         else:
             if shape is None or shape[0] * shape[1] != D:
                 raise ConfigError(f"the nuclear norm needs shape=(rows, cols) with rows x cols = {D}, got {shape}")
             objective = cp.normNuc(cp.reshape(x, shape, order="C"))
         problem = cp.Problem(cp.Minimize(objective), [np.unique(g, axis=0) @ x >= 1])
-        if norm == "nuclear":  # Clarabel stops short of its own tolerance on these semidefinite programs; SCS does not
+        if norm in ("nuclear", "pair_nuclear"):  # Clarabel stops short of its own tolerance on these semidefinite programs; SCS does not
             problem.solve(solver=cp.SCS, eps_abs=1e-10, eps_rel=1e-10, max_iters=200_000)
         else:
             problem.solve(solver=cp.CLARABEL)
@@ -137,6 +142,19 @@ def hard_margin(g: np.ndarray, norm: str, shape: tuple[int, int] | None = None) 
                               f"check that the target is separable (e.g. offset < train_length, enough RoPE pairs)")
         w = np.asarray(x.value, dtype=np.float64)
     return w / (g @ w).min()
+
+
+def _pair_matrices(x, shape: tuple[int, int] | None, D: int) -> list:
+    """For ``"pair_nuclear"``: the (Re M_p, Im M_p) V x V pairs of cvxpy expressions from x (D,) laid out as
+    X[a, b, c] of ``shape`` (V, V d)."""
+    import cvxpy as cp
+
+    if shape is None or shape[0] * shape[1] != D or shape[1] % (2 * shape[0]):
+        raise ConfigError(f"the pair_nuclear norm needs shape=(V, V d) with d even and V x V d = {D}, got {shape}")
+    V, d = shape[0], shape[1] // shape[0]
+    base = (np.arange(V)[:, None] * V * d + np.arange(V)[None] * d).ravel()  # X[a, b, 0], row-major over (a, b)
+    return [tuple(cp.reshape(x[base + j + part * d // 2], (V, V), order="C") for part in (0, 1))
+            for j in range(d // 2)]
 
 
 def norm_of(w: np.ndarray, norm: str, shape: tuple[int, int] | None = None) -> np.ndarray:
@@ -154,6 +172,11 @@ def norm_of(w: np.ndarray, norm: str, shape: tuple[int, int] | None = None) -> n
         return (np.abs(w[..., :half]) + np.abs(w[..., half:])).max(-1)
     if norm == "nuclear":
         return np.linalg.svd(w.reshape(*w.shape[:-1], *shape), compute_uv=False).sum(-1)
+    if norm == "pair_nuclear":
+        V = shape[0]
+        X = w.reshape(*w.shape[:-1], V, V, 2, shape[1] // (2 * V))
+        M = np.moveaxis(X[..., 0, :] + 1j * X[..., 1, :], -1, -3)  # (..., P, V, V)
+        return np.linalg.svd(M, compute_uv=False).sum((-1, -2))
     raise ConfigError(f"norm={norm!r}: use one of {', '.join(SOLVER_NORMS)}")
 
 

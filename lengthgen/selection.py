@@ -5,6 +5,10 @@ Two problems small enough to train to their limit in float64, full batch, with e
 * the **kernel rung** (``kernel_rung``): the logit of the key at offset delta is c(delta) = f(delta) . w with the
   RoPE features of ``maxmargin.features``; one query, keys at delta = 0, -1, ..., -(T-1), target delta = -K. Its
   geometries are those of ``maxmargin.NORMS``: ``"l2"``, ``"linf"`` and ``"pairs"``.
+* the **RoPE attention rung** (``rope_attention_rung``): the attention rung's token selection (below) with RoPE's multiplicative
+  structure, logit sum_p Re(q_(a,p) conj(k_(b,p)) e^(-i delta theta_p)) for query token a and key token b at offset
+  delta; trained as the combined per-pair matrices (geometries ``"fro"``, ``"linf"``) or as the token tables
+  (gradient descent's geometry there is non-convex; ``"pair_nuclear"`` is its convex relaxation).
 * the **attention rung** (``attention_rung``): one softmax attention layer on a FIXED training set of N sequences
   of T i.i.d. tokens; the query is the last position, the target the key K back. The logit of key j is
   x_q^T W x_j with W = Wq Wk^T (d_x x d_x) and inputs x_j = [one-hot token (V) ; f(j) (d)], f(j) the RoPE
@@ -51,9 +55,10 @@ from .train import cpu_threads
 
 KERNEL_GEOMETRIES = NORMS + ("factors_linf",)  # the kernel's three, and what sign descent on its factors selects
 ATTENTION_GEOMETRIES = ("fro", "linf", "nuclear")
+ROPE_ATTENTION_GEOMETRIES = ("fro", "linf", "pair_nuclear")  # pair_nuclear: sum over pairs of |M_p|_* (complex)
 PARAMETRISATIONS = ("linear", "factorised")
 SOLVER_NORM = {"l2": "l2", "linf": "linf", "pairs": "pairs", "factors_linf": "factors_linf", "fro": "l2",
-               "nuclear": "nuclear"}
+               "nuclear": "nuclear", "pair_nuclear": "pair_nuclear"}
 STREAM_RUNG, STREAM_INIT, STREAM_RANDOM = 20, 21, 22  # random streams apart from the task's
 RANDOM_DIRECTIONS = 200  # random directions behind the random baseline
 FLOAT_RANGE = 1e-150  # a sqrt(v_hat) below this: v = g^2 is near float64's smallest numbers (~1e-308)
@@ -79,7 +84,8 @@ class Rung:
 
     @property
     def geometries(self) -> tuple[str, ...]:
-        return KERNEL_GEOMETRIES if self.name == "kernel" else ATTENTION_GEOMETRIES
+        return {"kernel": KERNEL_GEOMETRIES, "attention": ATTENTION_GEOMETRIES,
+                "rope_attention": ROPE_ATTENTION_GEOMETRIES}[self.name]
 
     @property
     def dim(self) -> int:
@@ -200,7 +206,8 @@ def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target
              eps: float, t0: int, n: int) -> None:
     """``n`` full-batch updates t0 + 1 .. t0 + n of rule ``optim.RULES[code]`` in one compiled loop: ``end_to_end``,
     ``_bilinear_gradient``, ``pullback`` and ``optim.update_in_place`` at step size lr (t + 1)^-power. ``kind``: 0
-    linear, 1 the kernel factorised per pair, 2 the attention layer factorised (Wq, Wk). params, m, v: (S, n_params).
+    linear, 1 the kernel factorised per pair, 2 the attention layer factorised (Wq, Wk), 3 the RoPE attention layer
+    factorised (token tables). params, m, v: (S, n_params).
     numba's disk cache of this function is keyed on this file only: after an edit of ``optim.update_in_place``, which
     it compiles in, touch this file (or remove its ``__pycache__``) so that it is compiled again."""
     S = params.shape[0]
@@ -221,8 +228,18 @@ def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target
                     qr, qi, kr, ki = p[j], p[P + j], p[2 * P + j], p[3 * P + j]
                     x[s, j] = qr * kr + qi * ki
                     x[s, P + j] = qi * kr - qr * ki
-            else:
+            elif kind == 2:
                 x[s] = np.dot(p[:D].reshape(dq, dk), p[D:].reshape(dq, dk).T).ravel()
+            else:  # RoPE attention: token tables (V, d) each, x[a, b, c]
+                V, d = dq, dk // dq
+                h = d // 2
+                for a in range(V):
+                    for b in range(V):
+                        for j in range(h):
+                            qr, qi = p[a * d + j], p[a * d + h + j]
+                            kr, ki = p[V * d + b * d + j], p[V * d + b * d + h + j]
+                            x[s, a * dk + b * d + j] = qr * kr + qi * ki
+                            x[s, a * dk + b * d + h + j] = qi * kr - qr * ki
         _bilinear_gradient(queries, keys, target, x.reshape(S, dq, dk), gx.reshape(S, dq, dk))
         for s in range(S):
             p, g = params[s], gx[s]
@@ -236,10 +253,24 @@ def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target
                     grad[s, P + j] = gre * ki + gim * kr
                     grad[s, 2 * P + j] = gre * qr + gim * qi
                     grad[s, 3 * P + j] = gre * qi - gim * qr
-            else:
+            elif kind == 2:
                 G = g.reshape(dq, dk)
                 grad[s, :D] = np.dot(G, p[D:].reshape(dq, dk)).ravel()
                 grad[s, D:] = np.dot(G.T, p[:D].reshape(dq, dk)).ravel()
+            else:
+                V, d = dq, dk // dq
+                h = d // 2
+                grad[s] = 0.0
+                for a in range(V):
+                    for b in range(V):
+                        for j in range(h):
+                            gre, gim = g[a * dk + b * d + j], g[a * dk + b * d + h + j]
+                            qr, qi = p[a * d + j], p[a * d + h + j]
+                            kr, ki = p[V * d + b * d + j], p[V * d + b * d + h + j]
+                            grad[s, a * d + j] += gre * kr - gim * ki
+                            grad[s, a * d + h + j] += gre * ki + gim * kr
+                            grad[s, V * d + b * d + j] += gre * qr + gim * qi
+                            grad[s, V * d + b * d + h + j] += gre * qi - gim * qr
             rate[s] = lr[s] * (t + 1.0) ** -power
         update_in_place(code, params, grad, m, v, rate, b1, b2, eps, t)
 
@@ -275,6 +306,31 @@ def attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequenc
     return Rung("attention", keys[:, -1].clone(), keys, target, (dx, dx), settings)
 
 
+def rope_attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequences: int,
+                        rope_base: float = 10000.0, seed: int = 0) -> Rung:
+    """Rung (c): one attention layer with RoPE's multiplicative structure on a fixed seeded set of ``sequences``.
+
+    The query is the last token a, key j holds token b_j at offset delta_j = j - (T-1), and the logit is
+    sum_p Re(M_p[a, b_j] e^(-i delta_j theta_p)) = sum_p <R(delta_j theta_p) q_(a,p), k_(b_j,p)> up to RoPE's sign
+    convention, with M_p[a, b] = q_(a,p) conj(k_(b,p)) for token tables q, k (V x P complex): the token-selection
+    setting of Tarzanagh et al. with RoPE. Linear in X[a, b, :] = (Re M_p[a, b], Im M_p[a, b])_p, so it is a
+    ``Rung`` with queries one-hot(a) (V) and keys one-hot(b_j) (x) f(delta_j) (V d): shape (V, V d), D = V^2 d.
+    Trained as X itself (``"linear"``) or as the two token tables (``"factorised"``: each M_p is then a rank-one
+    complex matrix). The target is position T-1-K; every other key is constrained (the module docstring)."""
+    if not 0 < offset < train_length or vocab < 2 or sequences < 1:
+        raise ConfigError(f"need 0 < offset ({offset}) < train_length ({train_length}), vocab >= 2 ({vocab}) "
+                          f"and sequences >= 1 ({sequences})")
+    theta = rope_frequencies(dim, rope_base).double().numpy()
+    tokens = sample_tokens(vocab, sequences, train_length, generator(seed, STREAM_RUNG, train_length))
+    onehot = torch.nn.functional.one_hot(tokens, vocab).double()  # (N, T, V)
+    pos = torch.from_numpy(features(theta, np.arange(train_length) - (train_length - 1)))  # (T, d)
+    keys = (onehot[..., None] * pos[None, :, None, :]).flatten(2)  # (N, T, V d)
+    settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
+                "sequences": sequences, "seed": seed}
+    return Rung("rope_attention", onehot[:, -1].clone(), keys.contiguous(),
+                torch.full((sequences,), train_length - 1 - offset), (vocab, vocab * dim), settings)
+
+
 def end_to_end(rung: Rung, parametrisation: str, params: torch.Tensor) -> torch.Tensor:
     """(S, D) end-to-end parameters from the trained ones (S, n_params)."""
     if parametrisation == "linear":
@@ -282,6 +338,12 @@ def end_to_end(rung: Rung, parametrisation: str, params: torch.Tensor) -> torch.
     if rung.name == "kernel":  # params = (q, k), each (Re ..., Im ...) over the P pairs; z_p = q_p conj(k_p)
         qr, qi, kr, ki = params.chunk(4, 1)
         return torch.cat([qr * kr + qi * ki, qi * kr - qr * ki], 1)
+    if rung.name == "rope_attention":  # params = (Q, K) token tables (V, d); M_p[a, b] = q_(a,p) conj(k_(b,p))
+        V = rung.shape[0]
+        (qr, qi), (kr, ki) = (t.reshape(-1, V, 2, t.shape[1] // (2 * V)).unbind(2) for t in params.chunk(2, 1))
+        re = torch.einsum("sap,sbp->sabp", qr, kr) + torch.einsum("sap,sbp->sabp", qi, ki)
+        im = torch.einsum("sap,sbp->sabp", qi, kr) - torch.einsum("sap,sbp->sabp", qr, ki)
+        return torch.cat([re, im], 3).flatten(1)
     wq, wk = (w.reshape(-1, *rung.shape) for w in params.chunk(2, 1))  # params = (Wq, Wk), each d_x x d_x
     return (wq @ wk.transpose(1, 2)).flatten(1)
 
@@ -295,25 +357,45 @@ def pullback(rung: Rung, parametrisation: str, params: torch.Tensor, grad_x: tor
         qr, qi, kr, ki = params.chunk(4, 1)
         gre, gim = grad_x.chunk(2, 1)
         return torch.cat([gre * kr - gim * ki, gre * ki + gim * kr, gre * qr + gim * qi, gre * qi - gim * qr], 1)
+    if rung.name == "rope_attention":
+        V = rung.shape[0]
+        (qr, qi), (kr, ki) = (t.reshape(-1, V, 2, t.shape[1] // (2 * V)).unbind(2) for t in params.chunk(2, 1))
+        gre, gim = grad_x.reshape(len(params), V, V, 2, -1).unbind(3)  # (S, V, V, P) each
+        e = lambda spec, a, b: torch.einsum(spec, a, b)  # noqa: E731
+        gq = [e("sabp,sbp->sap", gre, kr) - e("sabp,sbp->sap", gim, ki), e("sabp,sbp->sap", gre, ki) + e("sabp,sbp->sap", gim, kr)]
+        gk = [e("sabp,sap->sbp", gre, qr) + e("sabp,sap->sbp", gim, qi), e("sabp,sap->sbp", gre, qi) - e("sabp,sap->sbp", gim, qr)]
+        return torch.cat([torch.stack(gq, 2).flatten(1), torch.stack(gk, 2).flatten(1)], 1)
     wq, wk = (w.reshape(-1, *rung.shape) for w in params.chunk(2, 1))
     G = grad_x.reshape(-1, *rung.shape)
     return torch.cat([(G @ wk).flatten(1), (G.transpose(1, 2) @ wq).flatten(1)], 1)
+
+
+def trained_size(rung: Rung, parametrisation: str) -> int:
+    """The number of trained parameters: D for ``"linear"``; for ``"factorised"`` twice D on the kernel (q, k per
+    pair) and the attention layer (square Wq, Wk), and two token tables V x d on the RoPE attention rung."""
+    if parametrisation == "linear":
+        return rung.dim
+    return 2 * rung.shape[1] if rung.name == "rope_attention" else 2 * rung.dim
 
 
 def expected_geometry(rung: Rung, rule: str, parametrisation: str = "linear") -> str | None:
     """The geometry of the parameters that are trained, carried to the end-to-end parameters, for this rule and
     parametrisation (Lyu & Li 2020; Tsilivis et al. 2025): on w or W itself the rule's own (``optim.GEOMETRY``;
     Frobenius for the attention matrix); on the kernel's factors the pair norm for L2 rules and ``"factors_linf"``
-    for l-infinity ones (``maxmargin``'s derivation); on the attention factors (Wq, Wk) the nuclear norm for L2 rules
-    and None for l-infinity ones: an entrywise bound on Wq and Wk induces on W = Wq Wk^T the gauge of
+    for l-infinity ones (``maxmargin``'s derivation); on the RoPE attention rung's token tables None: gradient
+    descent there minimises sum_p |M_p|_F over rank-one M_p = q_p k_p^H, a non-convex problem whose convex
+    relaxation is ``"pair_nuclear"`` (exact only where that solution is rank one per pair); on the attention factors
+    (Wq, Wk) the nuclear norm for L2 rules and None for l-infinity ones: an entrywise bound on Wq and Wk induces on W = Wq Wk^T the gauge of
     {Wq Wk^T : |entries| <= 1}, a projective tensor norm of l-infinity with itself, which is not derived or solved
     here. For Adam the l-infinity geometry is a theorem only on w itself, under its conditions (``conditions``)."""
     own = GEOMETRY[rule]
     if parametrisation == "factorised":
         if rung.name == "kernel":
             return "pairs" if own == "l2" else "factors_linf"
+        if rung.name == "rope_attention":  # M_p = q_p k_p^H is rank one: pair_nuclear is only a relaxation
+            return None
         return "nuclear" if own == "l2" else None
-    return "fro" if (own == "l2" and rung.name == "attention") else own
+    return "fro" if (own == "l2" and rung.name != "kernel") else own
 
 
 def conditions(rule: str, parametrisation: str, power: float, eps: float) -> str:
@@ -386,7 +468,7 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
     if steps < 1 or lr <= 0 or len(seeds) < 1 or not 0 <= power <= 1 or eps < 0:
         raise ConfigError(f"need steps >= 1 ({steps}), lr > 0 ({lr}), at least one seed, a step-size decay power "
                           f"in [0, 1] ({power}) and eps >= 0 ({eps})")
-    n_params = rung.dim if parametrisation == "linear" else 2 * rung.dim
+    n_params = trained_size(rung, parametrisation)
     init = [torch.randn(n_params, generator=generator(s, STREAM_INIT, n_params), dtype=torch.float64) for s in seeds]
     params = torch.stack(init) * (init_scale / np.sqrt(n_params))
     opt = Optimizer(rule, params, [lr] * len(seeds), betas=betas, eps=eps, power=power)
@@ -396,7 +478,7 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
     marks = log_steps(steps, checkpoints)
     rec: dict[str, list] = {k: [] for k in ("x", "loss", "margin", "grad", "umax", "unorm", "amed", "amax")}
     grad_x = torch.empty(len(seeds), rung.dim, dtype=torch.float64)
-    kind = 0 if parametrisation == "linear" else (1 if rung.name == "kernel" else 2)
+    kind = 0 if parametrisation == "linear" else {"kernel": 1, "attention": 2, "rope_attention": 3}[rung.name]
     moments = [(torch.zeros_like(params) if a is None else a).numpy() for a in (opt.m, opt.v)]
     rung.fast_gradient(end_to_end(rung, parametrisation, opt.params), grad_x)  # sets rung's numpy views
     start = time.perf_counter()
@@ -487,6 +569,11 @@ LADDER = {
                   Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
                   Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
                   Recipe("sign", 0.001, 20_000, "factorised")],
+    "rope_attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 20_000), Recipe("sign", 0.01, 10_000),
+                       Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
+                       Recipe("adam", 0.01, 300_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
+                       Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                       Recipe("sign", 0.001, 20_000, "factorised")],
 }
 
 # Adam under and outside its theorem on the kernel rung (``adam_table``): the usual betas (0.9, 0.999), decaying

@@ -48,6 +48,19 @@ def test_nuclear_and_frobenius_on_a_diagonal_matrix() -> None:
     assert np.allclose(mm.hard_margin(g, "l2"), [0.4, 0.0, 0.0, 0.2], atol=1e-7)
 
 
+def test_pair_nuclear_is_the_pair_norm_for_one_token_and_frobenius_for_rank_one() -> None:
+    """V = 1: each M_p is one complex number, so the pair-nuclear norm is the pair norm; a rank-one M_p has
+    nuclear norm equal to its Frobenius norm."""
+    g = np.array([[3.0, 0.0, 4.0, 0.0], [0.0, 1.0, 0.0, 0.0]])  # pair 1 along (3, 4), pair 2's real part >= 1
+    for norm in ("pair_nuclear", "pairs"):
+        assert np.allclose(mm.hard_margin(g, norm, (1, 4)), [0.12, 1.0, 0.16, 0.0], atol=1e-6), norm
+    rng = np.random.default_rng(1)
+    q, k = rng.normal(size=(2, 2, 3)) + 1j * rng.normal(size=(2, 2, 3))  # two pairs' token factors, V = 3
+    M = q[:, :, None] * np.conj(k[:, None, :])  # (P, V, V)
+    w = np.concatenate([M.real[..., None], M.imag[..., None]], -1).transpose(1, 2, 3, 0).ravel()  # X[a, b, (re, im), p]
+    assert mm.norm_of(w, "pair_nuclear", (3, 12)) == pytest.approx(np.linalg.norm(M, axis=(1, 2)).sum())
+
+
 def test_linf_spread_is_zero_for_a_unique_solution_and_not_for_a_face() -> None:
     unique = np.array([[3.0, 4.0]])
     assert np.allclose(mm.linf_spread(unique, mm.hard_margin(unique, "linf")), 0.0, atol=1e-7)
