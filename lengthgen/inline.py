@@ -158,6 +158,15 @@ class Bundle:
 glue = Glued()  # chapters: from lengthgen.inline import glue
 
 
+def in_reader_kernel() -> bool:
+    """Whether this runs in a reader's own kernel (JupyterLab, Colab) rather than the book build: where a long cell
+    shows progress bars (``lg.train(..., progress=in_reader_kernel())``), which the built page would only
+    show as noise under its cell."""
+    from .plots.render import BOOK_BUILD_ENV
+
+    return not os.environ.get(BOOK_BUILD_ENV)
+
+
 # Words that stay true in every mode (quick or full, built or rerun): a count with its noun in the right number,
 # and a mean with its spread only where there is one.
 
