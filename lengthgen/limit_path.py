@@ -258,7 +258,7 @@ class Approach:
 
 def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin], target: float = 0.99
                ) -> dict[str, Approach]:
-    """rule -> its ``Approach``: the geometry whose max-margin kernel it is closest to by the margin ratio (the
+    """rule -> its ``Approach``: the geometry whose max-margin kernel it is closest to by the final margin ratio (the
     measure that stays right where an optimum is a face, not a point) and the rates toward every geometry."""
     out = {}
     for name, p in paths.items():
@@ -276,11 +276,14 @@ def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMa
 
 
 REACHABLE_DECADES = 2.0  # "still approaching": the last decade's rate would reach the target within 100x the steps
+FITTED_RATIO = 0.5  # a rate measured from a margin ratio below this (the target ahead by less than half the optimum's
+# margin per unit norm) describes the fit of the window, not the approach to a direction
 
 
 def approach_sentence(a: Approach) -> str:
     """One rule's verdict in words: it reaches the closest geometry (margin ratio >= target); it was still fitting the
-    window when the last decade began (a rate from there says nothing about the limit); it is still approaching the
+    window when the last decade began (margin ratio below ``FITTED_RATIO``: a rate from there says nothing about the
+    limit); it is still approaching the
     geometry (its last decade's rate would get there within ``REACHABLE_DECADES`` more decades of steps); or it
     approaches none at the rate measured."""
     g, r = a.geometry, a.ratio[a.geometry]
@@ -288,9 +291,9 @@ def approach_sentence(a: Approach) -> str:
     if r >= a.target:
         return f"{a.rule} reaches {where}"
     rate = f"{a.ratio_slope[g]:+.4f} a decade"
-    if a.ratio_start[g] <= 0:
+    if a.ratio_start[g] < FITTED_RATIO:
         return (f"{a.rule} was still fitting the window when its last decade began (margin ratio {a.ratio_start[g]:.3f} "
-                f"then), so its rate, {rate}, predicts nothing yet; it ends closest to {where}")
+                f"then), so its rate, {rate}, says nothing yet about a limit; it ends closest to {where}")
     if a.decades <= REACHABLE_DECADES:
         return f"{a.rule} is still approaching {where}, gaining {rate}: about {a.decades:.1f} more decades of steps to {a.target:g}"
     need = f"{a.decades:.0f} more decades of steps to {a.target:g} at that rate" if np.isfinite(a.decades) else "not gaining"
