@@ -20,10 +20,10 @@ from .mechanism import (
     LAW_STYLE, carrier_kernel_figure, dilution_curves, kernel_shapes, law_scatter, margin_vs_accuracy,
     pair_spectrum_figure, singular_value_figure,
 )
-from .playground_figure import playground_grid
+from .playground_figure import playground_grid, train_here_html
 from .render import (
     BOOK_BUILD_ENV, CHANCE_STYLE, COLORS, GRID_JS, HEIGHT, LABELS, BookHTML, GridHTML, glue_figure, glue_grid_figure,
-    grid_controls, grid_visibility, md_table, share_styles, slider_figure, use_book_renderer,
+    grid_controls, grid_visibility, md_table, prose_shows_figures, share_styles, slider_figure, use_book_renderer,
 )
 from .selection import adam_anatomy, selection_curves, selection_explorer
 from .sweeps import predicted_vs_measured, setting_effects, sweep_lines
@@ -36,5 +36,5 @@ __all__ = [
     "margin_vs_accuracy", "md_table", "pair_spectrum_figure", "playground_grid", "predicted_vs_measured",
     "recipe_menu", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
     "selection_explorer", "selection_curves", "adam_anatomy", "sweep_lines", "training_curves", "use_book_renderer",
-    "accuracy_table", "share_styles",
+    "accuracy_table", "share_styles", "train_here_html", "prose_shows_figures",
 ]
