@@ -22,14 +22,16 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
+import nbformat
 import plotly
 import plotly.graph_objects as go
 import pytest
 from playwright.sync_api import BrowserContext
 
 from browser_util import (
-    CHROMIUM, Visit, chromium, console_problems, figure_problems, launch_problems, link_problems, math_problems,
-    menu_problems, open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems, widget_problems,
+    CHROMIUM, SETTLE_MS, Visit, chromium, console_problems, figure_problems, launch_problems, link_problems,
+    math_problems, menu_problems, open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems,
+    widget_problems,
 )
 from lengthgen import book, plots
 
@@ -134,10 +136,18 @@ def test_every_page_of_the_toc_is_checked() -> None:
 
 
 def test_site_root_opens_the_introduction(site: str, context: BrowserContext) -> None:
+    """The site's root sends a reader to the introduction: the URL becomes the introduction's and the page shows
+    its title. The wait ends when the URL changes; its limit (SETTLE_MS) only bounds a busy machine's delay."""
+    first = book.toc_files()[0]
+    intro = nbformat.read(book.ROOT / f"{first}.ipynb", as_version=4).cells[0].source
+    title = next(line[2:].strip() for line in intro.splitlines() if line.startswith("# "))
     page = context.new_page()
     try:
-        page.goto(site)
-        page.wait_for_url(f"{site}{book.toc_files()[0]}.html", timeout=5000)
+        page.goto(site, wait_until="commit")
+        page.wait_for_url(f"{site}{first}.html", timeout=SETTLE_MS, wait_until="domcontentloaded")
+        heading = page.locator("main h1, article h1").first
+        heading.wait_for(state="attached", timeout=SETTLE_MS)
+        assert title in heading.inner_text(), f"the root opened {page.url}, titled {heading.inner_text()!r}"
     finally:
         page.close()
 
