@@ -20,7 +20,12 @@ $(STAMP): requirements.txt pyproject.toml
 NB_EXTRA_KEYS := cell.metadata.user_expressions $(addprefix metadata.language_info.,codemirror_mode file_extension \
 	mimetype nbconvert_exporter pygments_lexer version)
 NB_CLEAN := -m nbstripout --keep-id --extra-keys "$(NB_EXTRA_KEYS)"
+# JupyterLab renders every cell when it opens a notebook (windowingMode none): jupyterlab-myst evaluates a markdown
+# cell's inline expressions only if the cell was rendered before Run All reached it, and JupyterLab's default
+# renders only the cells near the view, so the later cells of a long chapter stayed unfilled (issue 31, item 1).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/lengthgen.json
 venv: $(STAMP)
+	@mkdir -p $(dir $(LAB_OVERRIDES)) && cp binder/jupyterlab-overrides.json $(LAB_OVERRIDES)
 	@if [ -d .git ]; then \
 	  $(BIN)/nbstripout --install && \
 	  git config filter.nbstripout.clean '"$(abspath $(BIN)/python)" $(NB_CLEAN)' && \

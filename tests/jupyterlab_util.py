@@ -41,12 +41,13 @@ def lab_command() -> list[str]:
     return [sys.executable, "-m", "jupyterlab"] + (["--allow-root"] if os.geteuid() == 0 else [])
 
 
-# Settings of the test's own server: no news pop-up over the notebook, and every cell rendered (not only those
-# in view), so that the whole notebook can be read and photographed.
+# Settings of the test's own server: no news pop-up over the notebook. How it renders cells is left to the
+# settings `make venv` installs for every JupyterLab of the virtual environment (LAB_OVERRIDES), as a reader gets it.
 SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
+# `make venv` copies binder/jupyterlab-overrides.json here: every cell rendered when a notebook opens
+LAB_OVERRIDES = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.d" / "lengthgen.json"
 
 
 def stage_notebook(source: Path, root: Path, quick: bool = True) -> str:
@@ -145,6 +146,13 @@ def _wait_idle(page: Page, seconds: float) -> None:
         timeout=seconds * 1000, polling=250)
 
 
+def save(page: Page, seconds: float = START_S) -> None:
+    """Save the current notebook as File > Save does and wait until the file is written (the model is clean)."""
+    page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+    page.wait_for_function("() => !window.jupyterapp.shell.currentWidget.context.model.dirty",
+                           timeout=seconds * 1000, polling=250)
+
+
 def run_all(page: Page, seconds: float = RUN_ALL_S) -> float:
     """Run every cell as Run > Run All Cells does and wait until none is queued or running; returns the seconds."""
     start = time.monotonic()
@@ -156,16 +164,30 @@ def run_all(page: Page, seconds: float = RUN_ALL_S) -> float:
                    const k = w.sessionContext.session.kernel;
                    return !busy && k.status === 'idle'; }""",
         timeout=seconds * 1000, polling=500)
-    # inline expressions are evaluated as each markdown cell runs; their replies may render after the kernel is idle
+    # jupyterlab-myst stores each markdown cell's expression results in its metadata when the kernel replies,
+    # which may be after the kernel is idle; then the figures and widget views draw
     try:
+        page.wait_for_function(f"() => {UNEVALUATED_JS}().length === 0", timeout=SETTLE_S * 1000, polling=250)
         page.wait_for_function(
-            """() => ![...document.querySelectorAll('.jp-Notebook .jp-MarkdownCell')]
-                       .some(c => c.innerText.includes('Unexecuted inline expression'))""",
+            """() => [...document.querySelectorAll('.jp-Notebook .js-plotly-plot')]
+                       .every(f => f.querySelector('.main-svg'))""",
             timeout=SETTLE_S * 1000, polling=250)
     except PlaywrightTimeout:
-        pass  # the markdown check reports each expression still unexecuted
-    page.wait_for_timeout(500)  # widget views and figures draw last
+        pass  # unevaluated_cells and the markdown check report what is missing
     return time.monotonic() - start
+
+
+# The indices (among markdown cells) of those with an inline expression whose results jupyterlab-myst has not stored
+UNEVALUATED_JS = """(() => window.jupyterapp.shell.currentWidget.content.widgets
+    .filter(c => c.model.type === 'markdown')
+    .map((c, i) => [i, c.model.sharedModel.getSource().includes('{eval}'), c.model.getMetadata('user_expressions')])
+    .filter(([i, cites, results]) => cites && !(results && results.length)).map(([i]) => i))"""
+
+
+def unevaluated_cells(page: Page) -> list[int]:
+    """Markdown cells (their index among the markdown cells) that cite values with ``{eval}`` but hold no results:
+    Run All reached them without jupyterlab-myst evaluating their expressions (issue 31, item 1)."""
+    return page.evaluate(f"{UNEVALUATED_JS}()")
 
 
 def markdown_text(page: Page) -> list[str]:

@@ -1,14 +1,16 @@
-"""Rerunning a chapter in JupyterLab reads and works like the page (issue 19).
+"""Rerunning a chapter in JupyterLab reads and works like the page (issues 19 and 31).
 
 A real JupyterLab server (the `make lab` command, on 127.0.0.1 with a free port and a token) serves copies of
-chapters 1, 3 and 7 with ``QUICK = True`` in their parameters cell; headless Chromium (Playwright, Debian's
-/usr/bin/chromium) opens each, runs all cells as Run > Run All Cells does, and checks what the notebook shows:
-no raw MyST role or unknown directive in the rendered markdown, every glued value the prose cites shown in its
-cell (the kernel's own value of each inline expression), no error under any cell or in any expression; in
-chapter 3 a grid figure shows no dead controls in the prose and its live recipe buttons (plots.grid_viewer)
-redraw it; and in chapter 7 the live playground
-retrains and redraws after a slider move. A small fixture notebook with a raw
-glue role shows that the markdown check fails when it should.
+every chapter with ``QUICK = True`` in their parameters cell, in a git repository with the clean filter `make
+venv` sets up; headless Chromium (Playwright, Debian's /usr/bin/chromium) opens each, runs all cells as
+Run > Run All Cells does, saves it, and checks what the notebook shows: every markdown cell that cites values
+holds their results (jupyterlab-myst evaluated it), no raw MyST role, unknown directive or unevaluated
+``glue.`` expression in the rendered markdown, every glued value the prose cites shown in its cell (the
+kernel's own value of each inline expression), no error under any cell or in any expression, and ``git diff``
+empty after the save (a rerun leaves the sources as committed). In chapter 3 a grid figure shows no dead
+controls in the prose and its live recipe buttons (plots.grid_viewer) redraw it; in chapter 7 the live
+playground retrains and redraws after a slider move. A small fixture notebook with a raw glue role shows that
+the markdown check fails when it should, and only then.
 
 `make test` runs it in its browser step (LENGTHGEN_BROWSER_TEST=required); run alone it skips without chromium:
 
@@ -18,8 +20,12 @@ glue role shows that the markdown check fails when it should.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
+import shlex
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,8 +38,10 @@ from playwright.sync_api import BrowserContext, Page
 
 from browser_util import CHROMIUM, chromium
 from jupyterlab_util import (
-    Lab, error_outputs, jupyterlab, kernel_repr, markdown_text, open_notebook, run_all, stage_notebook,
+    LAB_OVERRIDES, Lab, error_outputs, jupyterlab, kernel_repr, markdown_text, open_notebook, run_all, save,
+    stage_notebook, unevaluated_cells,
 )
+from lengthgen import book
 
 pytestmark = pytest.mark.browser
 
@@ -45,6 +53,9 @@ KNOWN_ROLES = {"eval", "ref", "numref", "doc", "cite", "cite:p", "cite:t", "math
 ROLE = re.compile(r"\{([A-Za-z:_-]+)\}`([^`]*)`")
 SHOWN = re.compile(r'glue\.(text|any)\("[^"]+"\)')  # inline expressions whose value is plain text
 RAW_MARKERS = ("Unknown Directive", "Unknown Role", "Unexecuted inline expression", "{eval}", "{glue")
+UNEVALUATED = re.compile(r'glue\.(text|any|md|figure|cite)\("[^"]*"\)')  # an expression shown as its code
+CHAPTERS = [f"book/{path.name}" for path in book.chapters()]  # every notebook of the toc, in its order
+OWN_TESTS = ("book/01_the_gap.ipynb", "book/03_ape_memorizes.ipynb", "book/07_playground.ipynb")  # tested below
 RETRAIN_S = 60  # longest wait for the live playground to retrain and redraw after a slider move
 
 
@@ -53,6 +64,13 @@ def unavailable(reason: str) -> None:
     if REQUIRED:
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+def unquoted(value: str) -> str:
+    """A text/plain that is a Python string's repr (``'0.804'``) as jupyterlab-myst shows it: without the quotes."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return ast.literal_eval(value)
+    return value
 
 
 def markdown_problems(page: Page, sources: list[str]) -> list[str]:
@@ -67,6 +85,8 @@ def markdown_problems(page: Page, sources: list[str]) -> list[str]:
         for marker in RAW_MARKERS:
             if marker in text:
                 problems.append(f"markdown cell {i} shows {marker!r}")
+        for shown in dict.fromkeys(m.group(0) for m in UNEVALUATED.finditer(text)):
+            problems.append(f"markdown cell {i} shows the expression {shown} unevaluated")
         for name, content in ROLE.findall(source):
             if name not in KNOWN_ROLES and content in text:
                 problems.append(f"markdown cell {i} shows the raw role {{{name}}}`{content}` as {content!r}")
@@ -74,7 +94,7 @@ def markdown_problems(page: Page, sources: list[str]) -> list[str]:
             value = kernel_repr(page, expression)
             if value is None:
                 problems.append(f"markdown cell {i}: {expression} fails in the kernel")
-            elif value not in text:
+            elif value not in text and unquoted(value) not in text:
                 problems.append(f"markdown cell {i}: {expression} = {value!r} is not shown")
     return problems
 
@@ -93,15 +113,39 @@ def broken_notebook(path: Path) -> None:
     nbformat.write(nb, path)
 
 
+def git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True)
+
+
+def clean_filter() -> str:
+    """The clean filter command `make venv` installs (the Makefile's NB_CLEAN), with this Python."""
+    flags = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "print-nb-clean: ; @echo '$(NB_CLEAN)'",
+                            "print-nb-clean"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return shlex.join([sys.executable, *shlex.split(flags)])
+
+
+def committed_repository(root: Path) -> None:
+    """Make ``root`` a git repository with the project's clean filter on notebooks and commit what it holds."""
+    for args in (["init", "-q"], ["config", "user.email", "test@localhost"], ["config", "user.name", "test"],
+                 ["config", "filter.nbstripout.clean", clean_filter()], ["config", "filter.nbstripout.smudge", "cat"]):
+        assert git(root, *args).returncode == 0
+    (root / ".git" / "info").mkdir(exist_ok=True)
+    (root / ".git" / "info" / "attributes").write_text("*.ipynb filter=nbstripout\n")
+    assert git(root, "add", "book").returncode == 0 and git(root, "commit", "-q", "-m", "as committed").returncode == 0
+
+
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
     if not CHROMIUM.exists():
         unavailable(f"{CHROMIUM} is missing: run scripts/install_chromium.sh (make test does)")
+    if not LAB_OVERRIDES.exists():
+        unavailable(f"{LAB_OVERRIDES} is missing: run make venv (it installs the JupyterLab settings)")
     with tempfile.TemporaryDirectory(prefix="lab-root-") as tmp:
         root = Path(tmp)
-        for name in ("01_the_gap.ipynb", "03_ape_memorizes.ipynb", "07_playground.ipynb"):
-            stage_notebook(ROOT / "book" / name, root)
+        for name in CHAPTERS:
+            stage_notebook(ROOT / name, root)
         broken_notebook(root / "book" / "broken.ipynb")
+        committed_repository(root)
         with jupyterlab(root) as server:
             yield server
 
@@ -113,23 +157,37 @@ def context(lab: Lab) -> Iterator[BrowserContext]:
 
 
 def run_chapter(context: BrowserContext, lab: Lab, name: str) -> Page:
-    """Open chapter ``name``, run all its cells, keep a screenshot, and check what every chapter must show: no
-    error under any cell and no raw MyST in its rendered markdown."""
+    """Open chapter ``name``, run all its cells, save it, keep a screenshot, and check what every chapter must
+    show: every cited value evaluated, no error under any cell, no raw MyST in its rendered markdown, and no
+    change to the committed source after the save."""
     page = open_notebook(context, lab, f"book/{name}")
     seconds = run_all(page)
     print(f"{name} (quick): all cells ran in {seconds:.1f} s")
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{Path(name).stem}.png"))
     assert not error_outputs(page), error_outputs(page)
+    assert not unevaluated_cells(page), f"markdown cells {unevaluated_cells(page)} hold no evaluated expressions"
+    trimmed = page.locator(".jp-TrimmedOutputs").count()
+    assert trimmed == 0, f"{trimmed} cells hide outputs behind 'Show more outputs' (data-only glue outputs?)"
     problems = markdown_problems(page, markdown_sources(lab.root / "book" / name))
     assert not problems, "\n".join(problems)
+    save(page)
+    diff = git(lab.root, "diff", "--stat", "--", f"book/{name}")
+    assert diff.returncode == 0 and not diff.stdout.strip(), f"saving after a rerun changed the source: {diff.stdout}"
     return page
+
+
+@pytest.mark.parametrize("name", [c for c in CHAPTERS if c not in OWN_TESTS], ids=lambda c: Path(c).stem)
+def test_every_chapter_fills_every_cited_value(lab: Lab, context: BrowserContext, name: str) -> None:
+    run_chapter(context, lab, Path(name).name).close()
 
 
 def test_chapter_1_reads_like_the_page(lab: Lab, context: BrowserContext) -> None:
     page = run_chapter(context, lab, "01_the_gap.ipynb")
     figures = page.locator(".jp-MarkdownCell .js-plotly-plot").count()
     assert figures >= 3, f"chapter 1 shows {figures} figures in its prose, expected its 3 or more"
+    copies = page.locator(".jp-CodeCell .jp-OutputArea .js-plotly-plot").count()
+    assert copies == 0, f"chapter 1 shows {copies} figures under its code cells too: one copy, in the prose"
     page.close()
 
 
@@ -159,13 +217,16 @@ def test_the_live_playground_retrains_and_redraws(lab: Lab, context: BrowserCont
 
 def test_a_recipe_control_changes_its_figure(lab: Lab, context: BrowserContext) -> None:
     """A grid figure (plots.recipe_menu) in JupyterLab, where the page's grid.js does not run: the prose shows it
-    without controls, and under its cell plots.grid_viewer's live controls redraw it when clicked."""
+    once, as plots.grid_viewer's live controls (no dead plotly buttons, no second copy under its cell), and they
+    redraw it when clicked."""
     page = run_chapter(context, lab, "03_ape_memorizes.ipynb")
     assert page.locator(".jp-MarkdownCell .updatemenu-container").count() == 0, "a figure in the prose shows dead buttons"
-    viewer = page.locator(".jp-CodeCell .jp-OutputArea", has=page.locator(".widget-toggle-buttons")).last
-    viewer.scroll_into_view_if_needed()  # JupyterLab draws only the cells in view
+    copies = page.locator(".jp-CodeCell .jp-OutputArea .widget-toggle-buttons").count()
+    assert copies == 0, f"{copies} second copies under a cell"
+    viewer = page.locator(".jp-MarkdownCell", has=page.locator(".widget-toggle-buttons")).first
+    viewer.scroll_into_view_if_needed()
     buttons = viewer.locator(".widget-toggle-buttons button")
-    assert buttons.count() >= 2, "the grid figure's cell shows no recipe buttons in JupyterLab"
+    assert buttons.count() >= 2, "the grid figure in the prose shows no recipe buttons in JupyterLab"
     title = viewer.locator(".js-plotly-plot .gtitle").first
     title.wait_for(state="attached", timeout=30_000)
     before, other = title.text_content() or "", buttons.nth(1).inner_text().strip()
@@ -181,6 +242,7 @@ def test_a_recipe_control_changes_its_figure(lab: Lab, context: BrowserContext) 
 def test_a_raw_role_fails_the_check(lab: Lab, context: BrowserContext) -> None:
     page = open_notebook(context, lab, "book/broken.ipynb")
     run_all(page)
+    assert unevaluated_cells(page) == [], "the fixture's inline expression was evaluated"
     problems = markdown_problems(page, markdown_sources(lab.root / "book" / "broken.ipynb"))
     assert problems == ["markdown cell 0 shows the raw role {glue:text}`acc:.3f` as 'acc:.3f'"], problems
     assert "0.988" in markdown_text(page)[0]  # the inline expression beside it is shown
