@@ -47,13 +47,14 @@ NONE = 3  # NoPE: T[b, a] = k(b) . q(a)
 
 def exp_constants(dtype: np.dtype) -> np.ndarray:
     """The constants of ``_exp_neg`` in ``dtype``: log2(e), ln 2 split in a high part exact in small
-    multiples and a low part, the largest power of two taken off, and the Taylor coefficients 1/13!..1/0!."""
+    multiples and a low part, the largest power of two taken off, the Taylor coefficients 1/13!..1/0!, and 1.5 2^m
+    (m: the mantissa's bits), whose bits plus a small integer u are the bits of 1.5 2^m + u."""
     if np.dtype(dtype) == np.float32:
-        hi, lo, kmax = 0.693359375, -2.12194440e-4, 126.0
+        hi, lo, kmax, m = 0.693359375, -2.12194440e-4, 126.0, 23
     else:
-        hi, lo, kmax = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 1022.0
-    return np.array([1.0 / math.log(2), hi, lo, kmax] + [1.0 / math.factorial(k) for k in range(13, -1, -1)],
-                    dtype=dtype)
+        hi, lo, kmax, m = 6.93147180369123816490e-01, 1.90821492927058770002e-10, 1022.0, 52
+    return np.array([1.0 / math.log(2), hi, lo, kmax] + [1.0 / math.factorial(k) for k in range(13, -1, -1)]
+                    + [1.5 * 2.0**m], dtype=dtype)
 
 
 @njit(cache=True, fastmath={"contract", "nsz", "arcp"})  # no reassociation: it would undo the split of ln 2
@@ -68,7 +69,9 @@ def _exp_neg(a, c, bits):
     c6, c5, c4, c3, c2, c1, c0 = c[11], c[12], c[13], c[14], c[15], c[16], c[17]
     zero = c0 - c0
     bias, shift = (127, 23) if bits.itemsize == 4 else (1023, 52)
+    magic, magic_bits = c[18], (0x4B400000 if bits.itemsize == 4 else 0x4338000000000000)  # 1.5 2^shift, its bits
     lowest = -(kmax + c0) / log2e
+    scale = bits.view(a.dtype)
     for i in range(a.shape[0]):
         x = a[i]
         if x < lowest:  # -inf too (NaN compares false and stays NaN)
@@ -92,8 +95,9 @@ def _exp_neg(a, c, bits):
         p = p * r + c2
         p = p * r + c1
         a[i] = p * r + c0
-        bits[i] = (bias - int(u)) << shift  # 2^-u, or 0 (a zero exponent field) past kmax
-    scale = bits.view(a.dtype)
+        scale[i] = u + magic  # u as the float's low bits (no float -> int conversion: AVX2 has none for int64)
+    for i in range(a.shape[0]):
+        bits[i] = (bias + magic_bits - bits[i]) << shift  # 2^-u, or 0 (a zero exponent field) past kmax
     for i in range(a.shape[0]):
         a[i] *= scale[i]
 
@@ -194,7 +198,7 @@ def step_scratch(dt_like, kind, B, L, V, d, ec):
             np.empty((nX, d), dt), np.empty((d, V), dt), np.empty((d, V), dt), np.empty((nX, V), dt),  # Av U WoU Yv
             np.empty((V, V), dt),  # Z
             np.empty(nT, dt), np.empty(nT, dt), np.empty((d, VV), dt), np.empty((d, VV), dt),  # T gT CD gCD
-            np.empty((nX, V), dt), np.empty((B, L), dt), np.empty((B, L), np.int64), np.empty(V, dt),  # TP lg at_ij top
+            np.empty((nX, V), dt), np.empty((B, L), dt), np.empty((B, L), np.int32), np.empty(V, dt),  # TP lg at_ij top
             np.empty((V, B), dt), np.empty((V, B), dt), np.empty((V, B), dt),  # mass yt E
             np.empty(B, dt), np.empty(B, np.int64), np.empty(B, dt), np.empty(B, dt),  # rowtop pick sums rest
             np.empty((V, B), dt), np.empty((B, L), dt), np.empty((nX, V), dt), np.empty((V, V), dt),  # gM gP gYv gR
@@ -302,16 +306,16 @@ def _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, b
         for i in range(B):
             a = xs[i, L - 1]
             for j in range(L):
-                at_ij[i, j] = j * jstep + xs[i, j] * V + a  # the table entry of key j
+                at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
             for j in range(L):
-                lg[i, j] = T[np.uint64(at_ij[i, j])] - top[a]
+                lg[i, j] = T[np.uint32(at_ij[i, j])] - top[a]
         _exp_neg(lg.reshape(B * L), ec, bits)
         mass[:] = 0
         for i in range(B):
             tot = _dot8(lg, i, 0, ones, 0, 0, L)
             if not tot >= low:  # far below the column's maximum: again with the sequence's own
                 for j in range(L):
-                    lg[i, j] = T[at_ij[i, j]]
+                    lg[i, j] = T[np.uint32(at_ij[i, j])]
                 m = lg[i].max()
                 for j in range(L):
                     lg[i, j] -= m
@@ -399,11 +403,11 @@ def _table_step(buf, x, target, kind, fixed, residual, V, d, n_ep, trig, rows, b
                 dot += _dot8(lg, i, 0, gP, i, 0, L)
                 for j in range(L):
                     t = gM[np.uint64(xs[i, j]), i] + gP[i, j]
-                    gT[np.uint64(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+                    gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
             else:
                 for j in range(L):
                     t = gM[np.uint64(xs[i, j]), i]
-                    gT[np.uint64(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+                    gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
         # the table's gradient back to the queries (gA[:, :d]) and keys (gA[:, d:2d])
         gA[:] = 0
         if kind == ROTATE:
@@ -523,15 +527,27 @@ def _mt_next(words):
     words[_MT_N - 1] = _mt_twist(words[_MT_N - 1], words[0], words[_MT_M - 1])
 
 
+@njit(cache=True, inline="always")
+def _mt_temper(y):
+    """mt19937's tempering of the word y."""
+    y ^= y >> _S11
+    y ^= (y << _S7) & _B
+    y ^= (y << _S15) & _C
+    return y ^ (y >> _S18)
+
+
 @njit(cache=True)
 def _mt_randint(state, out, high):
     """out <- the next len(out) draws of torch.randint(high, ...) from the generator state ``state`` (uint8,
     ``Generator.get_state``'s layout), advanced in place: each draw is the next tempered mt19937 word modulo
-    high (the word's remainder by a float reciprocal and one correction, exact for words < 2^32)."""
+    high (its low bits where high is a power of two, else the remainder by a float reciprocal and one correction,
+    exact for words < 2^32)."""
     words = state[24:24 + 8 * _MT_N].view(np.uint64)
     left = np.int64(state[8:12].view(np.int32)[0])
     at = np.int64(state[16:24].view(np.uint64)[0])
     inv = 1.0 / high
+    pow2 = (high & (high - 1)) == 0
+    mask = np.uint64(high - 1)
     k, n = 0, out.shape[0]
     while k < n:
         if left == 1:  # every word used: the next 624
@@ -539,15 +555,15 @@ def _mt_randint(state, out, high):
             left, at = _MT_N + 1, 0
         c = min(left - 1, n - k)
         w, o = words[at:at + c], out[k:k + c]  # slices: unit-stride loops (indices fixed up per entry would gather)
-        for i in range(c):
-            y = w[i]
-            y ^= y >> _S11
-            y ^= (y << _S7) & _B
-            y ^= (y << _S15) & _C
-            y ^= y >> _S18
-            q = np.int64(np.float64(y) * inv)
-            r = np.int64(y) - q * high
-            o[i] = r - high if r >= high else r
+        if pow2:  # the remainder is the word's low bits: integer vector code (AVX2 has no vector int64 <-> float64)
+            for i in range(c):
+                o[i] = np.int64(_mt_temper(w[i]) & mask)
+        else:
+            for i in range(c):
+                y = _mt_temper(w[i])
+                q = np.int64(np.float64(y) * inv)
+                r = np.int64(y) - q * high
+                o[i] = r - high if r >= high else r
         left -= c
         at += c
         k += c

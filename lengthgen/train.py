@@ -60,9 +60,28 @@ def steady_heap(threshold: int = 128 * 1024) -> bool:
 steady_heap()
 
 
-def default_device() -> torch.device:
-    """CUDA when present, else the CPU."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# The fewest sequences per step (members x batch) for which the GPU trains a one-layer model faster than the
+# compiled CPU step (measured with benchmarks/gpu.py on an H200 host, README "On a GPU": one model of batch 256
+# 11.2 s on the GPU against 0.94 s on its CPU, two 9.5 s against 1.04 s; 10 members of batch 1024 3.65 against
+# 5.26 ms a step, 1000 members of batch 256 2.5x faster on the GPU). The threshold lies between 512 and 10,240.
+GPU_MIN_SEQUENCES = 8192
+
+
+def default_device(members: int = 1, c: Config | None = None) -> torch.device:
+    """Where ``train`` runs ``members`` models of config ``c`` when no device is given: the GPU only where it was
+    measured to win, else the CPU.
+
+    A one-layer model without an MLP trains on the CPU by the compiled step (``tables.TableStep``), which beats a
+    GPU's hundred small kernels a step until the work is wide: the GPU is taken (when CUDA is present) once
+    members x batch >= ``GPU_MIN_SEQUENCES``. Other models (more layers, an MLP) run torch operations on either
+    device and take the GPU when present. Without ``c``: the rule for the default config."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    c = c if c is not None else Config()
+    compiled_on_cpu = c.layers == 1 and not c.mlp
+    if compiled_on_cpu and members * c.batch < GPU_MIN_SEQUENCES:
+        return torch.device("cpu")
+    return torch.device("cuda")
 
 
 @contextmanager
@@ -160,6 +179,9 @@ def train(
 ) -> Trained:
     """Train one model per seed, batched as an ensemble. Same config and seeds: same numbers on the CPU.
 
+    ``device``: where to train; None picks by ``default_device``: the CPU for a single model or a few (the compiled
+    step), a GPU only for wide ensembles (members x batch >= ``GPU_MIN_SEQUENCES``) or models the compiled step does
+    not cover.
     ``progress``: a tqdm bar (None shows it only on an interactive terminal or notebook).
     ``on_step(step, accuracy_per_member)`` is called after every step (e.g. a widget's progress bar).
     ``on_checkpoint(steps_done, model)``, every ``checkpoint_every`` steps, and ``gradient``: see ``train_runs``.
@@ -202,7 +224,7 @@ def train_runs(
         raise ValueError(f"checkpoint_every={checkpoint_every}: give the steps between checkpoints (>= 1)")
     if gradient is not None and gradient not in GRADIENTS:
         raise ValueError(f"gradient={gradient!r}: use one of {', '.join(GRADIENTS)}, or None (the tables where they apply)")
-    device = torch.device(device) if device is not None else default_device()
+    device = torch.device(device) if device is not None else default_device(len(runs), configs[0])
     start = time.perf_counter()
     c0 = configs[0]
     model = Model(c0, seeds).to(device)

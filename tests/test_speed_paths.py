@@ -80,3 +80,26 @@ print(seen[100], seen[1499])
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
     first, last = map(float, out.split()[-2:])
     assert last - first < 100, f"the heap grew from {first:.0f} MB to {last:.0f} MB over 1400 steps"
+
+
+def test_default_device_takes_the_gpu_only_for_wide_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """train's device rule (train.default_device) with CUDA mocked present: the CPU for one model, the playground's
+    two seeds and a few members; the GPU for members x batch >= GPU_MIN_SEQUENCES and for models the compiled CPU
+    step does not cover; the CPU always without CUDA. A single model then really trains on the CPU."""
+    from lengthgen import train as train_fn
+    from lengthgen.train import GPU_MIN_SEQUENCES, default_device
+
+    c = Config()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device().type == "cpu"
+    assert default_device(2, c).type == "cpu"  # the playground
+    wide = -(-GPU_MIN_SEQUENCES // c.batch)  # the fewest members that make the work wide
+    assert default_device(wide - 1, c).type == "cpu"
+    assert default_device(wide, c).type == "cuda"
+    assert default_device(1, c.replace(batch=GPU_MIN_SEQUENCES)).type == "cuda"
+    assert default_device(1, c.replace(mlp=True)).type == "cuda"
+    assert default_device(1, c.replace(layers=2)).type == "cuda"
+    assert train_fn(c.replace(steps=3, target_accuracy=None), [0], progress=False).device.type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_device(wide, c).type == "cpu"
+    assert default_device(1, c.replace(layers=2)).type == "cpu"
