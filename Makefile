@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: venv run test book book-quick bench sweeps lab
 
@@ -36,7 +37,14 @@ venv: $(STAMP)
 lab: venv
 	$(BIN)/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root)
 
-run: venv
+# The headline needs only training's dependencies (pyproject.toml's own; not the book's, the tests' or Lab's): a
+# fresh clone installs those alone. The package is editable, so the full install of the other targets keeps it.
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e .
+	touch $@
+
+run: $(RUN_STAMP)
 	$(BIN)/python -m lengthgen
 
 # The browser tests (issue 5) run last, on the book that tests/test_notebooks.py has just built.

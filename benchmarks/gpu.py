@@ -24,8 +24,10 @@ import torch
 
 from lengthgen import Config, evaluate, train
 
+from lengthgen.train import default_device
+
 from .run import (EVAL_LENGTH, EVAL_SAMPLES, LONG_N, LONG_RULES, LONG_STEPS, LONG_TARGET_STEPS, ensemble_config,
-                  long_config, small_steps, timed)
+                  long_config, processor, processor_line, small_steps, timed)
 
 RESULTS = Path(__file__).with_name("results-gpu.json")
 WIDE_SEEDS, WIDE_STEPS = 1000, 50
@@ -71,9 +73,14 @@ def main() -> None:
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("no GPU here (torch.cuda.is_available() is False): run `make bench` for the CPU table")
+    c = Config(encoding="rope")
     r: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "platform": platform.platform(),
-               "rows": {}}
-    print(f"{r['gpu']}, torch {r['torch']}", flush=True)
+               "processor": processor(), "rows": {},
+               # what train() picks without device= (train.default_device): one model, and the wide ensemble
+               "default_device": {"small_steps_model": str(default_device(1, small_steps(c))),
+                                  "wide": str(default_device(WIDE_SEEDS, c))}}
+    print(f"{r['gpu']}, torch {r['torch']}; {processor_line(r['processor'])}", flush=True)
+    print(f"train() without device= picks: {r['default_device']}", flush=True)
     for dev in ("cuda", "cpu"):
         for name, (what, run, unit) in measures(dev).items():
             try:
@@ -85,7 +92,8 @@ def main() -> None:
             r["rows"].setdefault(name, {"what": what})[dev] = value
             print(f"{dev:4} {name}: {value}", flush=True)
             a.out.write_text(json.dumps(r, indent=1))
-    print(f"\n{'measure':<100}  {'GPU':>10}  {'CPU':>10}")
+    print(f"\n{r['gpu']}; {processor_line(r['processor'])}")
+    print(f"{'measure':<100}  {'GPU':>10}  {'CPU':>10}")
     for row in r["rows"].values():
         cells = [f"{row.get(d):>10.3f}" if isinstance(row.get(d), float) else f"{str(row.get(d))[:40]:>10}"
                  for d in ("cuda", "cpu")]

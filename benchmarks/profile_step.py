@@ -28,6 +28,8 @@ from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
 from lengthgen.task import TrainStream
 
+from .run import processor, processor_line
+
 
 def cpu_us(run: Callable[[], object], calls: int, repeats: int) -> float:
     """Median over ``repeats`` blocks of ``calls`` calls of ``run``: process CPU microseconds per call."""
@@ -99,6 +101,7 @@ def main() -> None:
     if a.train_set is not None:
         c = c.replace(train_set=a.train_set, batch=a.train_set)
     r = profile_step(c, a.steps, a.repeats, a.members)
+    print(processor_line(processor()))
     print(f"{c.recipe()}; {c.dtype}; {a.members} member(s), one thread; process CPU microseconds per call (median)")
     for name, us in r["cpu_us"].items():
         print(f"  {name:<46} {us:8.1f}")

@@ -19,6 +19,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -175,6 +177,65 @@ def small_steps_model(c: Config, repeats: int, vs: dict) -> dict:
     base = vs["per_step_by_threads"][vs["baseline_threads"]]["baseline"]
     baseline = {k: base[k] * c.steps for k in ("wall", "cpu")}
     return {"steps": int(trained.steps[0]), **t, "baseline_estimate": baseline, "ratio": ratio(baseline, t)}
+
+
+VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma")  # listed by processor() with every avx512* flag
+
+
+def processor() -> dict:
+    """The processor this runs on, from /proc/cpuinfo where there is one: vendor, model name, family/model, and the
+    vector extensions the compiled step can use (SSE4.2 to AVX-512, FMA). Printed with every table: the compiled
+    step's speed depends on them (README, "Speed": AVX2 against AVX-512)."""
+    out = {"machine": platform.machine(), "cores": os.cpu_count(), "vendor": "", "model": platform.processor(),
+           "family": "", "vector": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return out
+    first = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    first = {k.strip(): v.strip() for k, v in first.items()}
+    flags = first.get("flags", "").split()
+    out.update(vendor=first.get("vendor_id", ""), model=first.get("model name", out["model"]),
+               family=f"family {first.get('cpu family', '?')} model {first.get('model', '?')}",
+               vector=[f for f in flags if f in VECTOR_FLAGS or f.startswith("avx512")])
+    return out
+
+
+
+def processor_line(p: dict) -> str:
+    return (f"processor: {p['vendor']} {p['model']} ({p['family']}), {p['cores']} cores; vector extensions: "
+            f"{' '.join(p['vector']) or 'none listed'}")
+
+
+@contextlib.contextmanager
+def busy_beside() -> Iterator[None]:
+    """A second process that keeps one core busy (a pure-Python loop) for the block's duration."""
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # started and running before the clock
+        yield
+    finally:
+        spin.kill()
+        spin.wait()
+
+
+def member_step_cpu(c: Config, members: int = len(SEEDS), steps: int = 1000) -> dict:
+    """CPU seconds per member-step: one model against ``members`` seeds as one ensemble, each trained ``steps`` steps of
+    ``c`` with a checkpoint every CHECK_EVERY steps (as the headline's ensembles; the members on ``run_threads()``
+    threads), alternated; on idle cores, then beside a process that keeps one core busy. An ensemble should never
+    cost more CPU per member-step than a lone model (threads that spin while they wait would)."""
+    cfg = c.replace(steps=steps, target_accuracy=None)
+    checkpoint = {"on_checkpoint": lambda step, model: False, "checkpoint_every": CHECK_EVERY}
+    lone = lambda: train(cfg, [0], progress=False, **checkpoint)  # noqa: E731
+    ensemble = lambda: train(cfg, list(range(members)), progress=False, **checkpoint)  # noqa: E731
+    out: dict = {"members": members, "steps": steps, "threads": train_module.run_threads()}
+    train(cfg.replace(steps=CHECK_EVERY), list(range(members)), progress=False)  # first calls load the compiled code
+    for label in ("idle", "busy"):
+        with busy_beside() if label == "busy" else contextlib.nullcontext():
+            one, many = paired(lone, ensemble, 2)
+        per = {"lone": one["cpu"] / steps, "ensemble": many["cpu"] / (members * steps)}
+        out[label] = {**per, "ratio": per["ensemble"] / per["lone"], "wall_lone": one["wall"], "wall_ensemble": many["wall"]}
+    return out
 
 
 def ensemble_config(batch: int = 1024, steps: int = 100) -> Config:
@@ -368,6 +429,15 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
          f"(its s/step x steps): {sm['ratio']['wall']:.0f}x"),
         (f"  ensemble step: {ens['members']} members, batch {ens['batch']}, gd", "report", True,
          f"{ens['wall'] * 1e3:.2f} ms/step (cpu {ens['cpu'] * 1e3:.2f})"),
+    ]
+    ms = r["member_step_cpu"]
+    for label in ("idle", "busy"):
+        m = ms[label]
+        out.append((f"  CPU per member-step, {ms['members']} seeds as one ensemble vs one model, "
+                    f"{'idle cores' if label == 'idle' else 'one core busy beside'}", "<= 1.2x", m["ratio"] <= 1.2,
+                    f"{m['ratio']:.2f}x ({m['ensemble'] * 1e6:.0f} vs {m['lone'] * 1e6:.0f} us; {ms['steps']} steps of "
+                    f"the small-step recipe, checkpoint every {CHECK_EVERY}, members on {ms['threads']} threads)"))
+    out += [
         (f"RoPE to >= {TARGET} at {MULTIPLE}x, seeds {','.join(map(str, SEEDS))} as one ensemble, per model",
          "<= 0.5 s", h["per_model_batched"]["wall"] <= 0.5 and b["reached"],
          f"{h['per_model_batched']['wall']:.2f} s (cpu {h['per_model_batched']['cpu']:.2f}); all {len(SEEDS)} at "
@@ -450,6 +520,7 @@ def main() -> None:
     r: dict = {
         "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
+                    "processor": processor(),
                     "default_threads": default_threads, "load_average_at_start": os.getloadavg()},
         "config": c.to_dict(),
         "repeats": a.repeats,
@@ -458,6 +529,7 @@ def main() -> None:
              ("vs_baseline", lambda: vs_baseline(small, r["headline"], default_threads)),
              ("small_steps_model", lambda: small_steps_model(small, a.repeats, r["vs_baseline"])),
              ("ensemble_step", lambda: ensemble_step(a.repeats)),
+             ("member_step_cpu", lambda: member_step_cpu(small)),
              ("playground_small_steps", lambda: playground_time(small, a.repeats)),
              ("playground", lambda: playground_time(c, a.repeats)),
              ("long_runs", lambda: long_runs(a.repeats)),
@@ -475,7 +547,8 @@ def main() -> None:
     table = rows(r)
     r["table"] = [dict(measure=m, target=t, met=bool(ok), result=res) for m, t, ok, res in table]
     width = max(len(m) for m, *_ in table)
-    print(f"\n{'measure':<{width}}  {'target':<10}  met  result (wall-clock medians)")
+    print(f"\n{processor_line(r['machine']['processor'])}")
+    print(f"{'measure':<{width}}  {'target':<10}  met  result (wall-clock medians)")
     for m, t, ok, res in table:
         print(f"{m:<{width}}  {t:<10}  {'yes' if ok else 'NO ':<3}  {res}")
     print(f"\n{r['date']}; load average {r['machine']['load_average_at_start']} -> {r['machine']['load_average_at_end']} "

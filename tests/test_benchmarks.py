@@ -28,3 +28,22 @@ def test_every_row_states_its_recipe() -> None:
         assert callable(run) and unit != 0, name
         if name.startswith("float64_"):
             assert f"{name.split('_')[1]} at lr" in what and "full batch" in what, what
+
+
+def test_processor_line_lists_the_vector_extensions() -> None:
+    """make bench's processor line: the vendor and model of /proc/cpuinfo, and its vector extensions (all AVX-512
+    flags, AVX2, FMA, ...) and nothing it does not list."""
+    from pathlib import Path
+
+    from benchmarks.run import VECTOR_FLAGS, processor, processor_line
+
+    p = processor()
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        pytest.skip("no /proc/cpuinfo on this platform")
+    flags = set(next(line for line in info.read_text().splitlines() if line.startswith("flags")).split(":")[1].split())
+    assert set(p["vector"]) <= flags
+    assert {f for f in flags if f.startswith("avx512") or f in VECTOR_FLAGS} == set(p["vector"])
+    assert p["vendor"] and p["vendor"] in info.read_text()
+    line = processor_line(p)
+    assert p["model"] in line and all(f in line for f in p["vector"])
