@@ -155,28 +155,36 @@ def _log1p(a, c, w, bits):
         a[i] = x if u == one else lg * (x / (u - one))
 
 
+_LANE = tuple(np.uint64(k) for k in range(9))  # unsigned offsets: numba fixes up no negative index in _dot8
+
+
 @njit(cache=True, fastmath=FAST, inline="always")
 def _dot8(a, i, u, b, j, v, n):
     """sum_k a[i, u + k] b[j, v + k] over k < n (2D arrays; no views made: each would cost two atomic reference
     counts), in eight lanes (lane l adds the terms k = l mod 8 in order, then the lanes pairwise): a fixed order,
     so the same bits wherever it is compiled, yet eight independent chains where a plain loop's one sum is
-    bound by the latency of each addition (the compiler may not reorder it without reassociation)."""
+    bound by the latency of each addition (the compiler may not reorder it without reassociation). The column
+    indices are unsigned: with signed ones numba tested each of the eight for a negative value (a compare and a
+    select per load, and no vector code)."""
+    l1, l2, l3, l4, l5, l6, l7, l8 = _LANE[1], _LANE[2], _LANE[3], _LANE[4], _LANE[5], _LANE[6], _LANE[7], _LANE[8]
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = a[i, u] - a[i, u]
-    k = 0
-    while k + 8 <= n:
-        s0 += a[i, u + k] * b[j, v + k]
-        s1 += a[i, u + k + 1] * b[j, v + k + 1]
-        s2 += a[i, u + k + 2] * b[j, v + k + 2]
-        s3 += a[i, u + k + 3] * b[j, v + k + 3]
-        s4 += a[i, u + k + 4] * b[j, v + k + 4]
-        s5 += a[i, u + k + 5] * b[j, v + k + 5]
-        s6 += a[i, u + k + 6] * b[j, v + k + 6]
-        s7 += a[i, u + k + 7] * b[j, v + k + 7]
-        k += 8
+    x, y, end = np.uint64(u), np.uint64(v), np.uint64(u) + np.uint64(n)
+    while x + l8 <= end:
+        s0 += a[i, x] * b[j, y]
+        s1 += a[i, x + l1] * b[j, y + l1]
+        s2 += a[i, x + l2] * b[j, y + l2]
+        s3 += a[i, x + l3] * b[j, y + l3]
+        s4 += a[i, x + l4] * b[j, y + l4]
+        s5 += a[i, x + l5] * b[j, y + l5]
+        s6 += a[i, x + l6] * b[j, y + l6]
+        s7 += a[i, x + l7] * b[j, y + l7]
+        x += l8
+        y += l8
     r = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-    while k < n:
-        r += a[i, u + k] * b[j, v + k]
-        k += 1
+    while x < end:
+        r += a[i, x] * b[j, y]
+        x += l1
+        y += l1
     return r
 
 
