@@ -78,6 +78,7 @@ BUDGETS: dict[str, tuple[float, float]] = {
     "09_step_size": (150, 600),
     "09b_mechanism_in_both_regimes": (60, 300),
     "10_what_training_selects": (120, 900),
+    "10b_prediction_before_training": (60, 300),
     "findings": (45, 240),
 }
 DEFAULT_BUDGET = (60.0, 300.0)  # a chapter missing from BUDGETS (reported: add it there)

@@ -22,6 +22,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from .compare import paired_change, spread
 from .config import Config, ConfigError
@@ -208,10 +209,12 @@ def random_level(solutions: Mapping[str, MaxMargin], quantile: float = 0.95) -> 
 
 # The limit: position share by training-set size, and each rule's direction against log t ------------------------
 
-def size_scan(base: Config, sizes: Sequence[int], seeds: Sequence[int], every: int, per_decade: int = 4
-              ) -> dict[int, DirectionPath]:
-    """training-set size N -> the ``direction_path`` of ``base`` on a fixed set of N sequences, full batch."""
-    return {N: direction_path(base.replace(train_set=N, batch=N), seeds, every, per_decade) for N in sizes}
+def size_scan(base: Config, sizes: Sequence[int], seeds: Sequence[int], every: int, per_decade: int = 4,
+              progress: bool = False) -> dict[int, DirectionPath]:
+    """training-set size N -> the ``direction_path`` of ``base`` on a fixed set of N sequences, full batch
+    (``progress``: a tqdm bar over the sizes)."""
+    return {N: direction_path(base.replace(train_set=N, batch=N), seeds, every, per_decade)
+            for N in tqdm(sizes, desc="training-set sizes", unit="size", disable=not progress)}
 
 
 def decade_slope(steps: np.ndarray, values: np.ndarray) -> np.ndarray:

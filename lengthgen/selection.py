@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 from numba import njit
+from tqdm.auto import tqdm
 
 from .config import ConfigError
 from .encodings import rope_frequencies
@@ -586,19 +587,23 @@ ADAM_TABLE = [Recipe("adam", lr, 1_000_000, eps=eps, power=a)
 
 
 def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
-           checkpoints: int = 30) -> list[Trajectory]:
-    """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``."""
+           checkpoints: int = 30, progress: bool = False) -> list[Trajectory]:
+    """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``
+    (``progress``: a tqdm bar over the recipes)."""
     recipes = LADDER[rung.name] if recipes is None else recipes
     return [run(rung, r.rule, r.lr, max(1, round(r.steps * scale)), seeds, r.parametrisation, checkpoints,
-                r.init_scale, r.betas, r.eps, r.power) for r in recipes]
+                r.init_scale, r.betas, r.eps, r.power)
+            for r in tqdm(recipes, desc=f"{rung.name} rung", unit="rule", disable=not progress)]
 
 
-def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1)) -> list[Trajectory]:
+def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+              progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``ADAM_TABLE``) on ``rung``, horizons times ``scale``, with three checkpoints a
-    decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns)."""
+    decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns);
+    ``progress``: a tqdm bar over the recipes."""
     recipes = ADAM_TABLE if recipes is None else recipes
     out = []
-    for r in recipes:
+    for r in tqdm(recipes, desc="Adam table", unit="run", disable=not progress):
         steps = max(1, round(r.steps * scale))
         out.append(run(rung, r.rule, r.lr, steps, seeds, r.parametrisation, 3 * round(np.log10(steps)) + 1,
                        r.init_scale, r.betas, r.eps, r.power))
