@@ -285,6 +285,15 @@ def kernel_rung(offset: int, train_length: int, dim: int, rope_base: float = 100
     return Rung("kernel", torch.ones(1, 1, dtype=torch.float64), keys, torch.tensor([offset]), (1, dim), settings)
 
 
+def _rung_tokens(offset: int, train_length: int, vocab: int, sequences: int, seed: int) -> torch.Tensor:
+    """(N, T, V) float64 one-hot tokens of an attention rung's fixed seeded sequences, after checking the setting."""
+    if not 0 < offset < train_length or vocab < 2 or sequences < 1:
+        raise ConfigError(f"need 0 < offset ({offset}) < train_length ({train_length}), vocab >= 2 ({vocab}) "
+                          f"and sequences >= 1 ({sequences})")
+    tokens = sample_tokens(vocab, sequences, train_length, generator(seed, STREAM_RUNG, train_length))
+    return torch.nn.functional.one_hot(tokens, vocab).double()
+
+
 def attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequences: int, rope_base: float = 10000.0,
                    seed: int = 0) -> Rung:
     """Rung (b): one attention layer, logit x_q^T W x_j, on a fixed seeded set of ``sequences`` token sequences.
@@ -292,12 +301,8 @@ def attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequenc
     Inputs x_j = [one-hot(token_j) ; f(j)] (d_x = vocab + dim); keys are the positions 0..T-1 (the query, at
     T-1, included); the target is position T-1-K. D = d_x^2 parameters.
     """
-    if not 0 < offset < train_length or vocab < 2 or sequences < 1:
-        raise ConfigError(f"need 0 < offset ({offset}) < train_length ({train_length}), vocab >= 2 ({vocab}) "
-                          f"and sequences >= 1 ({sequences})")
+    onehot = _rung_tokens(offset, train_length, vocab, sequences, seed)  # (N, T, V)
     theta = rope_frequencies(dim, rope_base).double().numpy()
-    tokens = sample_tokens(vocab, sequences, train_length, generator(seed, STREAM_RUNG, train_length))
-    onehot = torch.nn.functional.one_hot(tokens, vocab).double()  # (N, T, V)
     pos = torch.from_numpy(features(theta, np.arange(train_length)))  # (T, d)
     keys = torch.cat([onehot, pos[None].expand(sequences, -1, -1)], -1)  # (N, T, d_x)
     target = torch.full((sequences,), train_length - 1 - offset)
@@ -318,12 +323,8 @@ def rope_attention_rung(offset: int, train_length: int, vocab: int, dim: int, se
     ``Rung`` with queries one-hot(a) (V) and keys one-hot(b_j) (x) f(delta_j) (V d): shape (V, V d), D = V^2 d.
     Trained as X itself (``"linear"``) or as the two token tables (``"factorised"``: each M_p is then a rank-one
     complex matrix). The target is position T-1-K; every other key is constrained (the module docstring)."""
-    if not 0 < offset < train_length or vocab < 2 or sequences < 1:
-        raise ConfigError(f"need 0 < offset ({offset}) < train_length ({train_length}), vocab >= 2 ({vocab}) "
-                          f"and sequences >= 1 ({sequences})")
+    onehot = _rung_tokens(offset, train_length, vocab, sequences, seed)  # (N, T, V)
     theta = rope_frequencies(dim, rope_base).double().numpy()
-    tokens = sample_tokens(vocab, sequences, train_length, generator(seed, STREAM_RUNG, train_length))
-    onehot = torch.nn.functional.one_hot(tokens, vocab).double()  # (N, T, V)
     pos = torch.from_numpy(features(theta, np.arange(train_length) - (train_length - 1)))  # (T, d)
     keys = (onehot[..., None] * pos[None, :, None, :]).flatten(2)  # (N, T, V d)
     settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
