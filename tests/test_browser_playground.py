@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -35,7 +36,7 @@ import pytest
 from playwright.sync_api import BrowserContext, Locator, Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from browser_util import console_problems, open_page, outside_requests, serve
+from browser_util import Visit, console_problems, open_page, outside_requests, serve
 from lengthgen import Config, ConfigError, book, playground, plots
 from lengthgen.plots.playground_figure import TRAIN_HERE_ID, train_here_html
 from test_browser import ALLOWED_ERRORS, context, unavailable  # noqa: F401 (context: the browser fixture)
@@ -149,24 +150,31 @@ def move_problems(page: Page, gd: Locator, expected: Expected, errors: list[str]
 
 # --- the built page -----------------------------------------------------------------------------------
 
-def test_playground_controls_move_independently(context: BrowserContext) -> None:
+@contextmanager
+def built_page(context: BrowserContext) -> Iterator[Visit]:
+    """Chapter 7's page of the built book, served and open (closed afterwards); unavailable without a build."""
     if not (book.HTML / f"{PAGE}.html").exists():
         unavailable(f"no built {PAGE}.html in {book.HTML}: run `make book-quick` first (make test builds it)")
     with serve(book.HTML) as base:
         visit = open_page(context, f"{base}{PAGE}.html")
         try:
-            page = visit.page
-            text = page.locator("pre", has_text="accuracy at").first.inner_text()
-            table = summary_table(text)
-            assert table, f"no summary table on the page: {text[:200]!r}"
-            gd = grid_figure(page)
-            labels = gd.evaluate(_STATE_JS)["labels"]
-            points = {(r, int(T), int(K)) for r in labels[0] for T in labels[1] for K in labels[2]}
-            assert points == set(table), f"the figure's grid {sorted(points)} is not the summary's {sorted(table)}"
-            problems = move_problems(page, gd, lambda r, T, K: table[r, T, K], visit.errors)
-            problems += console_problems(visit, ALLOWED_ERRORS)
+            yield visit
         finally:
             visit.page.close()
+
+
+def test_playground_controls_move_independently(context: BrowserContext) -> None:
+    with built_page(context) as visit:
+        page = visit.page
+        text = page.locator("pre", has_text="accuracy at").first.inner_text()
+        table = summary_table(text)
+        assert table, f"no summary table on the page: {text[:200]!r}"
+        gd = grid_figure(page)
+        labels = gd.evaluate(_STATE_JS)["labels"]
+        points = {(r, int(T), int(K)) for r in labels[0] for T in labels[1] for K in labels[2]}
+        assert points == set(table), f"the figure's grid {sorted(points)} is not the summary's {sorted(table)}"
+        problems = move_problems(page, gd, lambda r, T, K: table[r, T, K], visit.errors)
+        problems += console_problems(visit, ALLOWED_ERRORS)
     assert not problems, "\n".join(problems)
 
 
@@ -271,65 +279,59 @@ def refusal_problems(page: Page) -> list[str]:
 
 
 def test_train_here_trains_in_the_built_page(context: BrowserContext, capsys: pytest.CaptureFixture) -> None:
-    if not (book.HTML / f"{PAGE}.html").exists():
-        unavailable(f"no built {PAGE}.html in {book.HTML}: run `make book-quick` first (make test builds it)")
-    with serve(book.HTML) as base:
-        visit = open_page(context, f"{base}{PAGE}.html")
-        try:
-            page = visit.page
-            spec = json.loads(page.locator(PANEL).locator("script.lg-spec").text_content())
-            first = next(iter(spec["recipes"]))
-            problems = refusal_problems(page)
-            for name in ("T", "K"):  # issue 31, item 5: a track long enough for the slider's range
-                slider = page.locator(PANEL).locator(f'[data-lg="{name}-range"]')
-                values = int(slider.get_attribute("max")) - int(slider.get_attribute("min"))
-                width = slider.bounding_box()["width"]
-                if width < 7.5 * values:
-                    problems.append(f"the {name} slider has {width:.0f} px of track for {values + 1} values")
-            # the book's default setting
-            set_controls(page, T=Config().train_length, K=Config().offset, seed=0, recipe=first)
-            default = train_in_page(page)
-            rope, ape, multiples = default["rope"]["accuracy"], default["ape"]["accuracy"], default["multiples"]
-            if rope[0] < 0.99:
-                problems.append(f"RoPE at the default setting: {rope[0]:.3f} at 1x, below 0.99")
-            for m, a in zip(multiples[1:], ape[1:]):
-                if abs(a - spec["chance"]) > CHANCE_TOLERANCE:
-                    problems.append(f"APE at {m}x: {a:.3f}, not within {CHANCE_TOLERANCE} of chance {spec['chance']:.3f}")
-            result = drawn(page, "result")
-            if "T=32, K=2" not in result["title"] or len(result["n"]) < 3 or min(result["n"]) < 2:
-                problems.append(f"the result figure is not drawn for T=32, K=2: {result}")
-            if not drawn(page, "training")["n"] or min(drawn(page, "training")["n"]) < 1:
-                problems.append("the training figure shows no loss")
-            # on the grid, in each of its recipes: agreement within the seeds' spread
+    with built_page(context) as visit:
+        page = visit.page
+        spec = json.loads(page.locator(PANEL).locator("script.lg-spec").text_content())
+        first = next(iter(spec["recipes"]))
+        problems = refusal_problems(page)
+        for name in ("T", "K"):  # issue 31, item 5: a track long enough for the slider's range
+            slider = page.locator(PANEL).locator(f'[data-lg="{name}-range"]')
+            values = int(slider.get_attribute("max")) - int(slider.get_attribute("min"))
+            width = slider.bounding_box()["width"]
+            if width < 7.5 * values:
+                problems.append(f"the {name} slider has {width:.0f} px of track for {values + 1} values")
+        # the book's default setting
+        set_controls(page, T=Config().train_length, K=Config().offset, seed=0, recipe=first)
+        default = train_in_page(page)
+        rope, ape, multiples = default["rope"]["accuracy"], default["ape"]["accuracy"], default["multiples"]
+        if rope[0] < 0.99:
+            problems.append(f"RoPE at the default setting: {rope[0]:.3f} at 1x, below 0.99")
+        for m, a in zip(multiples[1:], ape[1:]):
+            if abs(a - spec["chance"]) > CHANCE_TOLERANCE:
+                problems.append(f"APE at {m}x: {a:.3f}, not within {CHANCE_TOLERANCE} of chance {spec['chance']:.3f}")
+        result = drawn(page, "result")
+        if "T=32, K=2" not in result["title"] or len(result["n"]) < 3 or min(result["n"]) < 2:
+            problems.append(f"the result figure is not drawn for T=32, K=2: {result}")
+        if not drawn(page, "training")["n"] or min(drawn(page, "training")["n"]) < 1:
+            problems.append("the training figure shows no loss")
+        # on the grid, in each of its recipes: agreement within the seeds' spread
+        with capsys.disabled():
+            print(f"\ndefault setting: RoPE {[round(a, 3) for a in rope]}, APE {[round(a, 3) for a in ape]} "
+                  f"at {multiples}x; wall {default['seconds']:.2f} s")
+        for recipe in [name for name, r in spec["recipes"].items() if r["on_grid"]]:
+            set_controls(page, T=16, K=2, recipe=recipe)
+            rows = train_in_page(page)["comparison"]
+            if len(rows) != 2 * len(spec["grid"]["multiples"]):
+                problems.append(f"{recipe}, T=16, K=2 is on the grid, but {len(rows)} values were compared")
+            problems += [f"{recipe}, T=16, K=2, {r['encoding']} at {r['multiple']}x: {r['here']:.3f} against the "
+                         f"grid's {r['mean']:.3f} +- {r['sd']:.3f}, off by more than {r['allowed']:.3f}"
+                         for r in rows if not r["agrees"]]
             with capsys.disabled():
-                print(f"\ndefault setting: RoPE {[round(a, 3) for a in rope]}, APE {[round(a, 3) for a in ape]} "
-                      f"at {multiples}x; wall {default['seconds']:.2f} s")
-            for recipe in [name for name, r in spec["recipes"].items() if r["on_grid"]]:
-                set_controls(page, T=16, K=2, recipe=recipe)
-                rows = train_in_page(page)["comparison"]
-                if len(rows) != 2 * len(spec["grid"]["multiples"]):
-                    problems.append(f"{recipe}, T=16, K=2 is on the grid, but {len(rows)} values were compared")
-                problems += [f"{recipe}, T=16, K=2, {r['encoding']} at {r['multiple']}x: {r['here']:.3f} against the "
-                             f"grid's {r['mean']:.3f} +- {r['sd']:.3f}, off by more than {r['allowed']:.3f}"
-                             for r in rows if not r["agrees"]]
-                with capsys.disabled():
-                    print(f"train here, {recipe}, T=16, K=2, seed 0 against the grid's seeds {spec['grid']['seeds']}:")
-                    for r in rows:
-                        print(f"  {r['encoding']:4s} {r['multiple']:2d}x  here {r['here']:.3f}  grid {r['mean']:.3f} +- "
-                              f"{r['sd']:.3f}  allowed {r['allowed']:.3f}  {'agrees' if r['agrees'] else 'DIFFERS'}")
-            # off the grid
-            set_controls(page, T=20, K=5)
-            if "not on the precomputed grid" not in page.locator(PANEL).locator('[data-lg="on-grid"]').inner_text():
-                problems.append("T=20, K=5: the panel does not say it is off the grid")
-            off = train_in_page(page)
-            result = drawn(page, "result")
-            if off["comparison"] or "T=20, K=5" not in result["title"] or len(result["n"]) != 3:
-                problems.append(f"T=20, K=5 (off the grid): compared {len(off['comparison'])} values, figure {result}")
-            if len(off["rope"]["accuracy"]) != len(spec["multiples"]):
-                problems.append(f"T=20, K=5: accuracies {off['rope']['accuracy']} for multiples {spec['multiples']}")
-            problems += outside_requests(visit) + console_problems(visit, ALLOWED_ERRORS)
-        finally:
-            visit.page.close()
+                print(f"train here, {recipe}, T=16, K=2, seed 0 against the grid's seeds {spec['grid']['seeds']}:")
+                for r in rows:
+                    print(f"  {r['encoding']:4s} {r['multiple']:2d}x  here {r['here']:.3f}  grid {r['mean']:.3f} +- "
+                          f"{r['sd']:.3f}  allowed {r['allowed']:.3f}  {'agrees' if r['agrees'] else 'DIFFERS'}")
+        # off the grid
+        set_controls(page, T=20, K=5)
+        if "not on the precomputed grid" not in page.locator(PANEL).locator('[data-lg="on-grid"]').inner_text():
+            problems.append("T=20, K=5: the panel does not say it is off the grid")
+        off = train_in_page(page)
+        result = drawn(page, "result")
+        if off["comparison"] or "T=20, K=5" not in result["title"] or len(result["n"]) != 3:
+            problems.append(f"T=20, K=5 (off the grid): compared {len(off['comparison'])} values, figure {result}")
+        if len(off["rope"]["accuracy"]) != len(spec["multiples"]):
+            problems.append(f"T=20, K=5: accuracies {off['rope']['accuracy']} for multiples {spec['multiples']}")
+        problems += outside_requests(visit) + console_problems(visit, ALLOWED_ERRORS)
     assert not problems, "\n".join(problems)
 
 
