@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import plotly.io as pio
-from IPython.display import display
 
 from .render import grid_visibility
 
@@ -70,6 +69,7 @@ class GridViewer(widgets.VBox):
         fig = self.figure()
         fig.update_layout(width=self.WIDTH, autosize=False)
         bundle = pio.renderers["plotly_mimetype"].to_mimebundle(fig.to_dict())
-        self.out.clear_output(wait=True)
-        with self.out:
-            display(bundle, raw=True)
+        # Set as the widget's synced state, not printed inside ``with self.out``: the latter reaches the page as
+        # messages the front end routes to the widget only once its view listens, and on a busy machine the
+        # first figure could arrive before that and be lost (CI: a viewer with buttons and no figure).
+        self.out.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
