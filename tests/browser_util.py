@@ -19,7 +19,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 from urllib.parse import unquote, urldefrag, urlsplit
 
 from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, Request, Response, Route, sync_playwright
@@ -139,13 +139,16 @@ def is_local(url: str) -> bool:
     return parts.scheme in ("data", "blob", "about") or parts.hostname == LOCAL_HOST
 
 
-def open_page(context: BrowserContext, url: str, settle_ms: int = SETTLE_MS) -> Visit:
+def open_page(context: BrowserContext, url: str, settle_ms: int = SETTLE_MS, width: int | None = None) -> Visit:
     """Load ``url`` and wait until it has finished drawing: every script loaded, MathJax done, the saved
-    widgets shown and the network quiet (at most ``settle_ms`` for the last two).
+    widgets shown and the network quiet (at most ``settle_ms`` for the last two). ``width``: the window's width
+    in pixels (default: ``VIEWPORT``'s).
 
     Routing every request also turns off the HTTP cache, so ``sizes`` holds what each page transfers.
     """
     visit = Visit(context.new_page())
+    if width is not None:
+        visit.page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
     visit.listen()
     visit.page.goto(url, wait_until="load")
     visit.page.evaluate("() => window.MathJax?.startup?.promise")
@@ -229,6 +232,66 @@ def figure_problems(page: Page) -> list[str]:
     return problems
 
 
+# Every text plotly.js drew in a figure (titles, axis titles, subplot titles and other annotations, tick labels,
+# legend entries, slider and button labels; not the hover labels) and the box a reader sees of the figure: its
+# SVG, cut down to any scrolling or clipping element around it.
+_TEXTS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap((gd, g) => {
+    const svg = gd.querySelector('.main-svg');
+    if (!svg) return [];
+    const r = svg.getBoundingClientRect(), box = {left: r.left, right: r.right, top: r.top, bottom: r.bottom};
+    for (let a = gd.parentElement; a && a !== document.body; a = a.parentElement) {
+        const s = getComputedStyle(a), q = a.getBoundingClientRect();
+        if (s.overflowX !== 'visible') { box.left = Math.max(box.left, q.left); box.right = Math.min(box.right, q.right); }
+        if (s.overflowY !== 'visible') { box.top = Math.max(box.top, q.top); box.bottom = Math.min(box.bottom, q.bottom); }
+    }
+    const title = gd.layout.title && (gd.layout.title.text || gd.layout.title);
+    const name = (typeof title === 'string' && title) || gd.id;
+    return [...gd.querySelectorAll('.main-svg text')].filter(e => !e.closest('.hoverlayer')).map(e => {
+        const q = e.getBoundingClientRect();
+        return {figure: g, name: name.replace(/<br>/gi, ' '), cls: e.getAttribute('class') || e.parentElement.getAttribute('class') || '',
+                text: e.textContent.trim(), left: q.left, right: q.right, top: q.top, bottom: q.bottom,
+                box: box, width: r.width};
+    }).filter(t => t.text && t.right > t.left && t.bottom > t.top);
+})"""
+
+FIT_TOLERANCE_PX = 2.0
+
+
+def _text_kind(cls: str) -> str:
+    """What a text of a plotly figure is, from its SVG class."""
+    kinds = [(r"^gtitle", "title"), (r"^x\d*title", "x axis title"), (r"^y\d*title", "y axis title"),
+             (r"annotation", "annotation (a subplot title)"), (r"^[xy]\d*tick", "tick label"),
+             (r"legendtext", "legend entry"), (r"slider", "slider label"), (r"button|updatemenu", "button label"),
+             (r"^cb|colorbar", "colour bar text")]
+    return next((kind for rx, kind in kinds if re.search(rx, cls)), f"text ({cls})")
+
+
+def fit_problems(page: Page) -> list[str]:
+    """Every text of every plotly figure (``_TEXTS_JS``: titles, axis and subplot titles, tick, legend, slider
+    and button labels) lies inside the figure as the page shows it, within ``FIT_TOLERANCE_PX``; the title
+    overlaps no other text. Each problem names the figure, the text, and the side it is cut at and by how much."""
+    problems = []
+    texts = page.evaluate(_TEXTS_JS)
+    for t in texts:
+        box, tol = t["box"], FIT_TOLERANCE_PX
+        over = {"left": box["left"] - t["left"], "right": t["right"] - box["right"],
+                "top": box["top"] - t["top"], "bottom": t["bottom"] - box["bottom"]}
+        cut = [f"{side} by {px:.0f} px" for side, px in over.items() if px > tol]
+        if cut:
+            problems.append(f"figure {t['name'][:90]!r} ({t['width']:.0f} px wide): {_text_kind(t['cls'])} "
+                            f"{t['text'][:90]!r} is cut at the {', '.join(cut)}")
+    for title in [t for t in texts if _text_kind(t["cls"]) == "title"]:
+        for t in texts:
+            if t is title or t["figure"] != title["figure"]:
+                continue
+            dx = min(title["right"], t["right"]) - max(title["left"], t["left"])
+            dy = min(title["bottom"], t["bottom"]) - max(title["top"], t["top"])
+            if dx > FIT_TOLERANCE_PX and dy > FIT_TOLERANCE_PX:
+                problems.append(f"figure {title['name'][:90]!r}: the title overlaps the {_text_kind(t['cls'])} "
+                                f"{t['text'][:60]!r} ({dx:.0f} x {dy:.0f} px)")
+    return problems
+
+
 _RAW_MATH_JS = """() => {
     const skip = 'pre, code, script, style, textarea, mjx-container, .plotly-graph-div';
     const root = document.querySelector('main') || document.body;
@@ -277,10 +340,10 @@ _SLIDERS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatM
           title: (gd.layout.title && (gd.layout.title.text || gd.layout.title)) || gd.id})).filter(s => s.visible))"""
 
 
-def slider_problems(page: Page, visit: Visit) -> list[str]:
+def slider_problems(page: Page, visit: Visit, after: Callable[[str], None] | None = None) -> list[str]:
     """Click every step of every plotly slider, as a reader would, from the step it opens on: every other step
     must be selected, change the plotted data (visible traces' x, y, z, text) from the step before, leave data
-    marks on screen, and raise no JavaScript error."""
+    marks on screen, and raise no JavaScript error. ``after(where)``: called after each click, with the click in words."""
     problems = []
     for s in page.evaluate(_SLIDERS_JS):
         gd = page.locator(".plotly-graph-div").nth(s["figure"])
@@ -299,6 +362,8 @@ def slider_problems(page: Page, visit: Visit) -> list[str]:
             page.mouse.click(tick["x"] + tick["width"] / 2, rail["y"] + rail["height"] / 2)
             # plotly.js marks the step active at once and redraws on the next animation frame
             problems += _after_click(page, gd, active, i, before, visit, errors, where, "moving the slider")
+            if after:
+                after(where)
     return problems
 
 
@@ -323,11 +388,11 @@ _MENUS_JS = """() => [...document.querySelectorAll('.plotly-graph-div')].flatMap
           title: (gd.layout.title && (gd.layout.title.text || gd.layout.title)) || gd.id})))"""
 
 
-def menu_problems(page: Page, visit: Visit) -> list[str]:
+def menu_problems(page: Page, visit: Visit, after: Callable[[str], None] | None = None) -> list[str]:
     """Click every button of every plotly update menu (the recipe buttons of ``plots.recipe_menu`` and any other
     ``grid_controls`` menu), as a reader would: each must become the active one, change the plotted data
     (visible traces' x, y, z, text) from the button before, leave data marks on screen, and raise no
-    JavaScript error. Dropdown menus are opened first."""
+    JavaScript error. Dropdown menus are opened first. ``after(where)``: called after each click, with the click in words."""
     problems = []
     for m in page.evaluate(_MENUS_JS):
         gd = page.locator(".plotly-graph-div").nth(m["figure"])
@@ -351,6 +416,8 @@ def menu_problems(page: Page, visit: Visit) -> list[str]:
                 problems.append(f"{where}: the button cannot be clicked")
                 continue
             problems += _after_click(page, gd, active, i, before, visit, errors, where, "clicking it")
+            if after:
+                after(where)
     return problems
 
 

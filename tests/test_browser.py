@@ -29,9 +29,9 @@ import pytest
 from playwright.sync_api import BrowserContext
 
 from browser_util import (
-    CHROMIUM, SETTLE_MS, Visit, chromium, console_problems, figure_problems, launch_problems, link_problems,
-    math_problems, menu_problems, open_page, outside_requests, page_weight, plotly_loads, serve, slider_problems,
-    widget_problems,
+    CHROMIUM, SETTLE_MS, VIEWPORT, Visit, chromium, console_problems, figure_problems, fit_problems, launch_problems,
+    link_problems, math_problems, menu_problems, open_page, outside_requests, page_weight, plotly_loads, serve,
+    slider_problems, widget_problems,
 )
 from lengthgen import book, plots
 
@@ -130,6 +130,35 @@ def test_book_page(site: str, context: BrowserContext, name: str, capsys: pytest
     assert not found, f"{name}: {len(found)} problems\n" + "\n".join(found)
 
 
+# The window widths a reader's figures are checked at: the browser tests' desktop window (the content column beside
+# the table of contents) and a narrow one (the table of contents folded away, the column narrower than a laptop's).
+BOOK_WIDTHS = (VIEWPORT["width"], 800)
+
+
+@pytest.mark.parametrize("width", BOOK_WIDTHS)
+@pytest.mark.parametrize("name", book.toc_files())
+def test_figures_fit_the_page(site: str, context: BrowserContext, name: str, width: int) -> None:
+    """Issue 31, item 5: no text of any figure (title, axis and subplot titles, tick, legend, slider and button
+    labels) is cut at the figure's edge, and no title overlaps another text, at the book's widths: as the page
+    opens, and after every click on a slider step or a menu button (grid figures retitle themselves)."""
+    if not (book.HTML / f"{name}.html").exists():
+        pytest.fail(f"{name} is in _toc.yml but not in {book.HTML}: rebuild it (make book-quick)")
+    visit = open_page(context, f"{site}{name}.html", width=width)
+    found = dict.fromkeys(fit_problems(visit.page), "as the page opens")  # problem -> the first state showing it
+
+    def after(where: str) -> None:
+        for p in fit_problems(visit.page):
+            found.setdefault(p, f"after {where}")
+
+    try:  # what the clicks themselves must do is test_book_page's to check
+        menu_problems(visit.page, visit, after)
+        slider_problems(visit.page, visit, after)
+    finally:
+        visit.page.close()
+    assert not found, f"{name} at {width} px: {len(found)} texts do not fit\n" + "\n".join(
+        f"{p} ({when})" for p, when in found.items())
+
+
 def test_every_page_of_the_toc_is_checked() -> None:
     """The page loop runs over the whole toc, the findings page included (issue 16)."""
     assert "book/findings" in book.toc_files(), "book/findings left _toc.yml: the browser test no longer checks it"
@@ -188,6 +217,25 @@ PAGES = {
                                      for r in ("fast", "slow")}),
     "hidden_widget": '<script type="application/vnd.jupyter.widget-view+json">{"model_id": "m"}</script>',
 }
+LONG = "accuracy at every length from K+1 to twice the training length, " * 3  # 198 characters
+
+
+def plain_figure_html(layout: dict) -> str:
+    """A one-trace figure with the book's template and ``layout`` as given (not through ``plots.finish``)."""
+    fig = go.Figure(go.Scatter(y=[1, 2, 3]), layout=dict(template="lengthgen", height=plots.HEIGHT, **layout))
+    return f"<figure>{plots.BookHTML().to_mimebundle(fig.to_dict())['text/html']}<figcaption>c</figcaption></figure>"
+
+
+FIT_PAGES = {  # figures whose texts are cut (or not) in one way each, in a 672 px column as the book's
+    "long_title": plain_figure_html(dict(title=dict(text=LONG, x=0.02, xanchor="left"), xaxis_title="x", yaxis_title="y")),
+    "old_two_line_title": plain_figure_html(dict(title=dict(text="first line<br>second line", x=0.02, y=0.98,
+                                                            yanchor="top"), xaxis_title="x", yaxis_title="y")),
+    "long_y_title": plain_figure_html(dict(title_text="t", xaxis_title="x", yaxis_title=LONG[:120])),
+    "finished": "<figure>" + plots.BookHTML().to_mimebundle(plots.render.finish(
+        plots.slider_figure({"a long first slider label": [go.Scatter(y=[1, 2])], "b": [go.Scatter(y=[2, 1])]}, "s"),
+        LONG, "x (units)", "y (units)").to_dict())["text/html"] + "<figcaption>c</figcaption></figure>",
+}
+PAGES.update({name: f'<div style="width: 672px">{body}</div>' for name, body in FIT_PAGES.items()})
 
 
 @pytest.fixture(scope="module")
@@ -257,6 +305,27 @@ def test_recipe_buttons_of_a_good_figure_pass(checked: Callable[[str], Checked])
 def test_checkers_catch_a_broken_page(checked: Callable[[str], Checked], name: str, kind: str, expected: str) -> None:
     _, problems = checked(name)
     assert any(expected in p for p in problems[kind]), f"{name}: no {kind} problem says {expected!r}: {problems}"
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("long_title", "title 'accuracy at every length"),
+    ("long_title", "is cut at the right"),
+    ("old_two_line_title", "is cut at the top"),
+    ("long_y_title", "y axis title"),
+])
+def test_fit_check_catches_a_cut_text(checked: Callable[[str], Checked], name: str, expected: str) -> None:
+    visit, _ = checked(name)
+    problems = fit_problems(visit.page)
+    assert any(expected in p for p in problems), f"{name}: no problem says {expected!r}: {problems}"
+
+
+def test_a_finished_figure_fits(checked: Callable[[str], Checked]) -> None:
+    """plots.finish wraps a 198-character title into lines that fit a 672 px column, gives its first line back
+    the room plotly.js takes from a title of several lines, and pads the slider for its long first label."""
+    visit, problems = checked("finished")
+    assert not any(problems.values()), problems
+    assert fit_problems(visit.page) == []
+    assert visit.page.locator(".gtitle .line").count() == 4
 
 
 def test_plotly_loaded_twice_is_counted(checked: Callable[[str], Checked]) -> None:

@@ -95,7 +95,7 @@ def public_figure_functions() -> set[str]:
 
 
 def test_every_figure_function_is_checked_here() -> None:
-    any_traces = {"slider_figure", "grid_controls", "share_styles"}  # these take the traces they are given
+    any_traces = {"slider_figure", "grid_controls", "share_styles", "fit_sliders"}  # these take the traces they are given
     unchecked = public_figure_functions() - set(figures()) - any_traces
     assert not unchecked, f"add {sorted(unchecked)} to figures() in tests/test_plots.py"
 
@@ -275,3 +275,57 @@ def test_chapter_10_figures_stay_light_at_full_size() -> None:
     sizes = {"explorer": page_bytes(explorer, plots.GridHTML), "ladder": page_bytes(ladder), "path": page_bytes(path)}
     bounds = {"explorer": 70_000, "ladder": 20_000, "path": 13_000}  # explorer: + 288 finite-step curves (issue 27)
     assert all(sizes[k] < bounds[k] for k in bounds), f"figure HTML bytes {sizes} over {bounds}"
+
+
+def test_wrap_title_breaks_before_the_word_that_would_pass_the_line() -> None:
+    text = "RoPE beyond the training length: one setting changed at a time, first-fit recipe"  # 80 characters
+    lines = plots.wrap_title(text).split("<br>")
+    assert " ".join(lines) == text and len(lines) == 2
+    assert all(len(line) <= plots.render.TITLE_CHARS for line in lines)
+    assert plots.wrap_title("short<br>kept") == "short<br>kept"
+    # a placeholder counts as its longest value, and is never split
+    template = "a" * 50 + " {0} end"
+    assert plots.wrap_title(template, ["x"]) == template
+    assert plots.wrap_title(template, ["a value of twenty ch"]) == "a" * 50 + "<br>{0} end"
+
+
+def test_a_longer_title_grows_the_top_margin_and_the_height() -> None:
+    """Each further title line adds TITLE_LINE_PX above the plot, so the plot keeps its size, and the title's
+    first line is padded down by the cap height plotly.js leaves out of a title of several lines."""
+    one = plots.render.finish(go.Figure(), "short", "x", "y")
+    two = plots.render.finish(go.Figure(), "word " * 20, "x", "y")
+    line = plots.render.TITLE_LINE_PX
+    assert two.layout.margin.t - one.layout.margin.t == line * 1 and two.layout.height - one.layout.height == line
+    assert two.layout.title.pad.t > one.layout.title.pad.t == plots.render.TITLE_PAD_PX
+    again = plots.render.finish(two, "short", "x", "y")  # retitled: back to one line, back to the first size
+    assert (again.layout.margin.t, again.layout.height) == (one.layout.margin.t, one.layout.height)
+
+
+def test_a_grid_title_is_wrapped_for_its_longest_values() -> None:
+    """The page's script fills the template (meta.grid.title) with the chosen values: its lines are broken for the
+    longest value of each control, so no choice makes a line too long, and the line count never changes."""
+    fig = go.Figure([go.Scatter(y=[1]), go.Scatter(y=[2])])
+    values = ["short", "a much longer recipe name than the first"]
+    plots.grid_controls(fig, [[0], [1]], [("menu", "recipe", values)], [0], "Accuracy at every length, " * 2 + "{0}")
+    template = fig.layout.meta["grid"]["title"]
+    assert fig.layout.title.text == template.format(values[0])
+    for v in values:
+        assert all(len(line) <= plots.render.TITLE_CHARS for line in template.format(v).split("<br>"))
+
+
+def test_sliders_are_padded_for_their_end_labels() -> None:
+    frames = {"a long first label of the slider": [go.Scatter(y=[1])], "b": [go.Scatter(y=[2])]}
+    fig = plots.render.finish(plots.slider_figure(frames, "s"), "t", "x", "y")
+    template = plots.render.pio.templates["lengthgen"].layout.margin
+    half = plots.render.SLIDER_CHAR_PX * len("a long first label of the slider") / 2
+    assert fig.layout.sliders[0].pad.l >= half - template.l
+    assert not fig.layout.sliders[0].pad.r  # "b" fits the right margin
+
+
+def test_legend_room_counts_plotly_columns_as_wide_as_the_widest_entry() -> None:
+    """Nine entries, one of 45 characters: plotly.js draws them one a row (its columns are as wide as the widest
+    entry), so the margin holds nine rows; two short entries share one row and leave the template's margin."""
+    render = plots.render
+    names = ["cosine to l2 solution"] * 8 + ["random direction vs factors_linf (mean |cos|)"]
+    assert plots.legend_room(names) == render.TITLE_PAD_PX + render.TITLE_LINE_PX + 20 + 9 * render.LEGEND_ROW_PX
+    assert plots.legend_room(["a", "b"]) == render.pio.templates["lengthgen"].layout.margin.t

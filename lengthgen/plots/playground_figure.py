@@ -86,6 +86,12 @@ def playground_grid(grid: "PlaygroundGrid", active: tuple[str, int, int] | None 
         add(target.update(legendgroup="target", **shared), (-1, -1, k), 2)
     dims = [("menu", "recipe", names), ("slider", "training length T", [str(T) for T in grid.train_lengths]),
             ("slider", "offset K", [str(K) for K in grid.offsets])]
+    # 970 px: 200 above the plots (title, recipe buttons, a legend of up to three rows), 620 of plots (two
+    # panels and the gap between them), 150 below them (axis title, sliders); set before grid_controls, which adds
+    # the room of the wrapped title's further lines to the top and the height. Above the plots, a point px pixels
+    # up is at paper y = 1 + px / 620.
+    fig.update_layout(height=970, margin=dict(t=200, b=150, r=20),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1 + 28 / 620, yanchor="bottom"))
     grid_controls(fig, owners, dims, a, title)
     fig.update_xaxes(title_text="evaluation length / training length (log scale)", type="log", tickvals=mult,
                      ticktext=[f"{m}x" for m in grid.multiples], row=1, col=1)
@@ -93,11 +99,6 @@ def playground_grid(grid: "PlaygroundGrid", active: tuple[str, int, int] | None 
     fig.update_xaxes(title_text="offset of the key behind the query (positions, log scale)", type="log",
                      dtick=np.log10(2), row=2, col=1)
     fig.update_yaxes(title_text="mean attention weight", range=[0, 1], row=2, col=1)
-    # 970 px: 200 above the plots (title, recipe buttons, a legend of up to three rows), 620 of plots (two
-    # panels and the gap between them), 150 below them (axis title, sliders). Above the plots, a point
-    # px pixels up is at paper y = 1 + px / 620.
-    fig.update_layout(height=970, margin=dict(t=200, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top"),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1 + 28 / 620, yanchor="bottom"))
     for menu in fig.layout.updatemenus:
         menu.update(x=0, xanchor="left", y=1 + 162 / 620, yanchor="top")
     return fig

@@ -11,6 +11,7 @@ JupyterLab's plotly renderer, which then draws 360 px).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -54,11 +55,109 @@ GRID_JS = _grid_script()
 
 
 def finish(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figure:
-    """Set ``fig``'s title, axis titles and any other layout ``kw``; its height is set on the figure itself
-    (``kw["height"]``, else the height it has, else ``HEIGHT``), its width follows the container."""
+    """Set ``fig``'s title (``set_title``: wrapped to fit the book's narrowest figure, the top margin and height grown
+    by its extra lines), axis titles and any other layout ``kw``; its height is set on the figure itself
+    (``kw["height"]``, else the height it has, else ``HEIGHT``), its width follows the container. Its sliders get
+    room for their end labels (``fit_sliders``)."""
     height = kw.pop("height", None) or fig.layout.height or HEIGHT
-    fig.update_layout(title=dict(text=title, x=0.02, y=0.98, yanchor="top"), xaxis_title=x, yaxis_title=y,
-                      height=height, autosize=True, **kw)
+    fig.update_layout(xaxis_title=x, yaxis_title=y, height=height, autosize=True, **kw)
+    set_title(fig, title)
+    return fit_sliders(fig)
+
+
+# A title line of at most TITLE_CHARS characters fits the narrowest figure the book draws: the content column of a
+# 1280 px window is 672 px, and the template's 13 px sans-serif (DejaVu Sans in Chromium) takes about 8.6 px a
+# character, so 60 characters take about 520 px (room for a 14 px title font and for the left offset too).
+TITLE_CHARS = 60
+TITLE_LINE_PX = 22  # the height of each further title line (13-14 px font, plotly's line spacing 1.3)
+TITLE_PAD_PX = 8  # from the figure's top edge to the title's first line
+_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
+
+
+def wrap_title(text: str, longest: Sequence[str] = ()) -> str:
+    """``text`` with a line break (``<br>``) before each word that would take a line past ``TITLE_CHARS``; breaks
+    it already holds are kept. ``longest``: for a title template (``grid_controls``), the longest value of each
+    "{d}" placeholder, counted at that length (a value is never split)."""
+    def length(s: str) -> int:
+        s = re.sub(r"\{(\d+)\}", lambda m: longest[int(m.group(1))] if int(m.group(1)) < len(longest) else m.group(),
+                   s)
+        return len(re.sub(r"<[^>]*>", "", s))
+
+    lines = []
+    for part in _BR.split(text):
+        line = ""
+        for word in part.split(" "):
+            if line and length(f"{line} {word}") > TITLE_CHARS:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def _title_lines(text: str | None) -> int:
+    """How many lines a title takes (an empty one is counted as the one line the margins leave room for)."""
+    return len(_BR.split(text)) if text else 1
+
+
+def _title_layout(text: str, font_size: float) -> dict:
+    """The layout.title of a title ``text`` at the top left of the figure, ``TITLE_PAD_PX`` below its top edge.
+    plotly.js drops the cap-height shift (0.7 em) of a ``yanchor="top"`` title that has more than one line, which
+    put its first line above the figure's edge: the padding gives it back."""
+    shift = round(0.7 * font_size) if _title_lines(text) > 1 else 0
+    return dict(text=text, x=0.02, xanchor="left", y=1, yref="container", yanchor="top",
+                pad=dict(t=TITLE_PAD_PX + shift))
+
+
+def set_title(fig: go.Figure, text: str) -> str:
+    """Give ``fig`` the title ``text`` wrapped by ``wrap_title``, at ``_title_layout``'s place; the top margin and the
+    height grow (or shrink) by ``TITLE_LINE_PX`` per line more (or fewer) than the title it had, so the plot keeps
+    its size. Returns the wrapped text."""
+    wrapped = wrap_title(text)
+    extra = TITLE_LINE_PX * (_title_lines(wrapped) - _title_lines(fig.layout.title.text))
+    template_margin = pio.templates["lengthgen"].layout.margin
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else template_margin.t
+    size = fig.layout.title.font.size or fig.layout.font.size or pio.templates["lengthgen"].layout.font.size
+    fig.update_layout(title=_title_layout(wrapped, size), margin_t=top + extra,
+                      height=(fig.layout.height or HEIGHT) + extra)
+    return wrapped
+
+
+LEGEND_WIDTH_PX = 520  # the legend's width in the narrowest figure (672 px less the side margins and some slack)
+LEGEND_ROW_PX = 20
+LEGEND_CHAR_PX = 7.5  # a legend entry's character (13 px DejaVu Sans, mostly lower case)
+
+
+def legend_room(names: Sequence[str]) -> int:
+    """The top margin (pixels) for a one-line title above a horizontal legend of entries ``names`` that sits on top
+    of the plot (the template's). plotly.js lays such a legend out in columns as wide as its widest entry (its text
+    at ``LEGEND_CHAR_PX`` a character, 40 px of symbol and gap), as many as fit ``LEGEND_WIDTH_PX``, one row of
+    ``LEGEND_ROW_PX`` per that many entries; at least the template's margin."""
+    widest = max((LEGEND_CHAR_PX * len(n) + 40 for n in names), default=0)
+    rows = math.ceil(len(names) / max(1, int(LEGEND_WIDTH_PX // max(widest, 1))))
+    return max(pio.templates["lengthgen"].layout.margin.t, TITLE_PAD_PX + TITLE_LINE_PX + 20 + LEGEND_ROW_PX * rows)
+
+
+SLIDER_CHAR_PX = 8.6  # the width of a slider label's character, as TITLE_CHARS counts it
+
+
+def fit_sliders(fig: go.Figure) -> go.Figure:
+    """Pad each slider that starts at the plot's left edge (or ends at its right edge) so that its first (last) step
+    label, centred on the rail's end, stays inside the figure: half the label's width past the side margin."""
+    template_margin = pio.templates["lengthgen"].layout.margin
+    left = fig.layout.margin.l if fig.layout.margin.l is not None else template_margin.l
+    right = fig.layout.margin.r if fig.layout.margin.r is not None else template_margin.r
+    for slider in fig.layout.sliders:
+        if not slider.steps:
+            continue
+        x = slider.x if slider.x is not None else 0
+        length = slider.len if slider.len is not None else 1
+        need = lambda label: max(0, math.ceil(SLIDER_CHAR_PX * len(label) / 2))  # noqa: E731
+        if x <= 0.01:
+            slider.pad.l = max(slider.pad.l or 0, need(slider.steps[0].label) - left + 6)
+        if x + length >= 0.99:
+            slider.pad.r = max(slider.pad.r or 0, need(slider.steps[-1].label) - right + 6)
     return fig
 
 
@@ -134,13 +233,14 @@ def grid_controls(fig: go.Figure, owners: Sequence[Sequence[int]], dims: Sequenc
             n_menus += 1
         else:
             raise ValueError(f"control kind {kind!r}: use 'slider' or 'menu'")
+    title = wrap_title(title, [max(values, key=len) for _, _, values in dims])  # wrapped as for its longest values
     fig.update_layout(
         sliders=slider_layout, updatemenus=menu_layout,
         meta=dict(grid=dict(owners=owners, controls=controls, labels=[list(v) for _, _, v in dims],
                             names=[label for _, label, _ in dims], title=title)),
     )
-    fig.update_layout(title_text=title.format(*[fmt[d] for d in range(len(dims))]))
-    return fig
+    set_title(fig, title.format(*[fmt[d] for d in range(len(dims))]))
+    return fit_sliders(fig)
 
 
 # What may change from one trace to the next of a figure that shares its styles (``share_styles``): the data and

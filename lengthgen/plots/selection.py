@@ -7,10 +7,11 @@ from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from ..forecast import LIMIT_HORIZON
 from ..optim import GEOMETRY
-from .render import grid_controls, share_styles
+from .render import fit_sliders, grid_controls, share_styles
 
 if TYPE_CHECKING:
     from ..selection import Trajectory
@@ -88,6 +89,9 @@ def selection_explorer(explore: dict,
     dims = [("menu", "rule", rules), ("menu", "lr", [f"x{f:g}" for f in factors]),
             ("slider", "steps", [str(n) for n in steps]), ("slider", "offset K", [str(K) for K in offsets]),
             ("menu", "RoPE base", [f"{b:g}" for b in bases])]
+    # the size first: grid_controls grows the top margin and the height by the wrapped title's extra lines
+    fig.update_layout(height=700, margin=dict(l=60, t=250, b=150, r=20), title_font_size=14,
+                      legend=dict(orientation="h", x=0, xanchor="left", y=1.05, yanchor="bottom"))
     grid_controls(fig, owners, dims, (0, factors.index(1.0) if 1.0 in factors else 0, len(steps) - 1, 0, 0), title)
     multiples = explore["multiples"]
     fig.update_xaxes(title_text="offset back |delta|", range=[0, m], row=1, col=1)
@@ -95,13 +99,10 @@ def selection_explorer(explore: dict,
     fig.update_xaxes(title_text="length / training length", tickmode="array", tickvals=list(range(len(multiples))),
                      ticktext=[f"{x:g}x" for x in multiples], range=[-0.3, len(multiples) - 0.7], row=1, col=2)
     fig.update_yaxes(title_text="accuracy", range=[0, 1.05], row=1, col=2)
-    fig.update_layout(height=700, margin=dict(l=60, t=250, b=150, r=20), title=dict(x=0.02, y=0.99, yanchor="top",
-                                                                                       font=dict(size=14)),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=1.05, yanchor="bottom"))
     # the menus in two rows above the legend: rule and lr side by side, then the base (plot area: 300 px)
     for menu, (x, y) in zip(fig.layout.updatemenus, [(0, 1.68), (0.52, 1.68), (0, 1.55)]):
         menu.update(x=x, xanchor="left", y=y, yanchor="top")
-    return share_styles(fig)
+    return share_styles(fit_sliders(fig))
 
 
 def _percent(values: "np.typing.ArrayLike") -> np.ndarray:
@@ -122,7 +123,7 @@ def selection_curves(runs: Mapping[str, "Trajectory"],
     baselines: the seed-to-seed cosine (grey) and the mean |cosine| of a random direction with each solution
     (dotted, flat across the plot: the rung's, the same for every rule). Page weight: curves float32, the random
     levels drawn once as shapes, each style sent once (``share_styles``)."""
-    from .render import finish, slider_figure
+    from .render import finish, legend_room, slider_figure
 
     first = next(iter(runs.values()))
     levels = first.random_level
@@ -144,8 +145,11 @@ def selection_curves(runs: Mapping[str, "Trajectory"],
                       name=f"random direction vs {g} (mean |cos|)", line=dict(color=colors.get(g, "#444"), width=1,
                                                                             dash="dot"))
     fig.update_xaxes(type="log")
+    # the legend (a curve per geometry, the baselines) wraps into rows above the plot: room for them, the plot kept
+    top = legend_room([t.name for t in frames[next(iter(frames))]] + [s.name for s in fig.layout.shapes])
     return share_styles(finish(fig, title.format(first.rung), "step (log scale)", "cosine to the max-margin solution",
-                               yaxis_range=[-0.05, 1.05]))
+                               yaxis_range=[-0.05, 1.05], margin_t=top,
+                               height=fig.layout.height + top - pio.templates["lengthgen"].layout.margin.t))
 
 
 def adam_anatomy(tr: "Trajectory", member: int = 0,

@@ -94,7 +94,8 @@ def setting_effects(labels: Sequence[str], series: Series, chance: float, title:
             hovertemplate="%{y}: %{x:.3f} ± %{error_x.array:.3f}<extra>" + name + "</extra>",
         ))
     fig.add_vline(x=chance, line=CHANCE_STYLE, annotation_text="chance", annotation_position="bottom right")
-    return finish(fig, title, "accuracy (fraction correct), mean ± standard error over seeds", "setting",
-                   xaxis_range=[0, 1.03], yaxis_autorange="reversed", yaxis_automargin=True,
+    # the x title in two lines: the settings' names (automargin) leave the plot too narrow for it in one
+    return finish(fig, title, "accuracy (fraction correct),<br>mean ± standard error over seeds", "setting",
+                   xaxis_range=[0, 1.03], xaxis_automargin=True, yaxis_autorange="reversed", yaxis_automargin=True,
                    height=max(HEIGHT, 28 * len(labels) + 160))
 
