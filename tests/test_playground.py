@@ -138,7 +138,8 @@ def test_figure_has_both_sliders_and_the_recipe_buttons(figure: tuple[Playground
     meta = fig.layout.meta["grid"]
     assert meta["controls"] == [["menu", 0], ["slider", 0], ["slider", 1]]
     assert meta["labels"] == [list(g.recipes), [str(T) for T in g.train_lengths], [str(K) for K in g.offsets]]
-    assert fig.layout.title.text == "RoPE and APE, trained at T=32 with offset K=1, recipe: first fit"
+    # wrapped (plots.wrap_title) to fit the narrowest figure: a line break where a space was
+    assert fig.layout.title.text.replace("<br>", " ") == "RoPE and APE, trained at T=32 with offset K=1, recipe: first fit"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
     assert fig.layout.xaxis2.title.text and fig.layout.yaxis2.title.text
 
