@@ -6,7 +6,9 @@ widget shows; every slider step and every menu button (the recipe buttons) chang
 a JavaScript error; no request leaves
 127.0.0.1; no console error outside ALLOWED_ERRORS; every internal href/src resolves; plotly.js is
 loaded once; the page's own bytes stay under MAX_PAGE_BYTES. A screenshot of each page goes to
-_build/screenshots/NAME.png and the page weights to the test output.
+_build/screenshots/NAME.png and the page weights to the test output. And every text of every figure (titles,
+axis and subplot titles, tick, legend, slider and button labels) fits inside the figure at each of BOOK_WIDTHS,
+before and after every control is moved, with no title over another text (issue 31, item 5).
 
 `make test` builds the book first and sets LENGTHGEN_BROWSER_TEST=required, so a missing build or
 browser fails there; run alone, these tests skip with the command to run instead.
