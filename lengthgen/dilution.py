@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from .config import ConfigError, check_length
+from .encodings import TRAITS
 from .evaluate import evaluate
 from .kernel import carrier_kernel, logit_table
 from .model import Model
@@ -86,7 +87,7 @@ def kernel_law(model: Model, lengths: Sequence[int]) -> np.ndarray:
     """The kernel law from the weights: (n, S). Absolute encodings use the kernel at each length."""
     check_one_layer(model)
     K = model.config.offset
-    if model.config.encoding in ("ape", "sinusoidal"):
+    if not TRAITS[model.config.encoding].translation_invariant:
         return np.concatenate([
             kernel_law_from_values(carrier_kernel(model, -torch.arange(L), length=L).numpy(), K, [L]) for L in lengths
         ])

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 
 from .config import Config, ConfigError, check_length
+from .encodings import TRAITS
 from .evaluate import EVAL_SAMPLES, Evaluation, attention_sums
 from .model import Model
 from .train import Trained
@@ -156,7 +157,7 @@ class TableNorms:
 def table_norms(model: Model, train_length: int) -> TableNorms:
     """Norms of trained against untrained APE rows, and how far each moved from its initialisation."""
     c = model.config
-    if c.encoding != "ape":
+    if not TRAITS[c.encoding].learned_table:
         raise ConfigError(f"encoding={c.encoding!r}: table norms need a learned table (encoding='ape')")
     if not 0 < train_length < c.max_length:
         raise ConfigError(f"train_length={train_length} must lie in (0, max_length={c.max_length})")
