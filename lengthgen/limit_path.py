@@ -33,6 +33,7 @@ from .model import Model
 from .optim import Optimizer
 from .tables import TableStep
 from .task import TrainStream
+from .thresholds import FITTED_RATIO, MAX_MARGIN, REACHABLE_DECADES
 from .train import Trained, cpu_threads, train
 
 
@@ -229,7 +230,7 @@ def decade_slope(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     return (x[:, None] * values[last]).sum(0) / (x**2).sum()
 
 
-def decades_to(value: float, slope: float, target: float = 0.99) -> float:
+def decades_to(value: float, slope: float, target: float = MAX_MARGIN) -> float:
     """Tenfold increases of the steps still needed to reach ``target`` at ``slope`` per decade: 0 when ``value``
     is there already, inf when the slope does not climb toward it."""
     if value >= target:
@@ -259,7 +260,7 @@ class Approach:
         return decades_to(self.ratio[self.geometry], self.ratio_slope[self.geometry], self.target)
 
 
-def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin], target: float = 0.99
+def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin], target: float = MAX_MARGIN
                ) -> dict[str, Approach]:
     """rule -> its ``Approach``: the geometry whose max-margin kernel it is closest to by the final margin ratio (the
     measure that stays right where an optimum is a face, not a point) and the rates toward every geometry."""
@@ -276,11 +277,6 @@ def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMa
             float(seed_agreement(p.w[-1]).mean()) if p.w.shape[1] > 1 else float("nan"),
             float(p.share[-1].mean()), target)
     return out
-
-
-REACHABLE_DECADES = 2.0  # "still approaching": the last decade's rate would reach the target within 100x the steps
-FITTED_RATIO = 0.5  # a rate measured from a margin ratio below this (the target ahead by less than half the optimum's
-# margin per unit norm) describes the fit of the window, not the approach to a direction
 
 
 def approach_sentence(a: Approach) -> str:

@@ -52,6 +52,7 @@ from .encodings import rope_frequencies
 from .maxmargin import NORMS, cosine, features, hard_margin, kernel_constraints, norm_of
 from .optim import GEOMETRY, RULES, Optimizer, update_in_place
 from .task import generator, sample_tokens
+from .thresholds import MAX_MARGIN, REACHED_COSINE
 from .train import cpu_threads
 
 KERNEL_GEOMETRIES = NORMS + ("factors_linf",)  # the kernel's three, and what sign descent on its factors selects
@@ -614,7 +615,8 @@ def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.
 def summary(tr: Trajectory, rung: Rung) -> dict:
     """One row of the ladder's table: the last checkpoint's cosines and margin ratios per geometry (mean and
     smallest over seeds), the baselines, and whether the rule reached its own geometry: ``reached_own`` (cosine
-    >= 0.99 to the solver's solution, every seed) and ``own_margin`` (margin ratio >= 0.99, every seed: the right
+    >= thresholds.REACHED_COSINE to the solver's solution, every seed) and ``own_margin`` (margin ratio >=
+    thresholds.MAX_MARGIN, every seed: the right
     test where the solution is a face, not a point, as l-infinity's can be: ``maxmargin.linf_spread``).
     ``conditions``: inside the result's conditions or not (``conditions``); ``rate``: the own geometry's margin ratio
     gained per decade of steps over the last decade (the slope against log10 t; ``rate``)."""
@@ -629,8 +631,8 @@ def summary(tr: Trajectory, rung: Rung) -> dict:
         row[f"ratio_{g}"] = float(tr.margin_ratio[g][:, -1].mean())
         row[f"ratio_{g}_min"] = float(tr.margin_ratio[g][:, -1].min())
         row[f"random_{g}"] = tr.random_level[g]
-    row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= 0.99)
-    row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= 0.99)
+    row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= REACHED_COSINE)
+    row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= MAX_MARGIN)
     row["rate"] = None if own is None else rate(tr, own)
     return row
 
