@@ -157,7 +157,7 @@ def growth(solution: MaxMargin, rule: str, lr: float, steps: int, betas: tuple[f
 
 def growth_check(rung_settings: Mapping[str, float | int], recipes: Sequence, seeds: Sequence[int] = (0, 1),
                  checkpoints: int = 12) -> list[dict]:
-    """Each recipe (``selection.Recipe``, linear parametrisation) on the exact kernel rung (``selection.run``)
+    """Each recipe (``selection.RuleSettings``, linear parametrisation) on the exact kernel rung (``selection.run``)
     against its growth law (``growth`` on the rule's own geometry): per recipe the checkpoint steps, the measured
     smallest margin (mean over seeds) and the law's, and their ratio at the last checkpoint (``ratio_end``) and
     its largest deviation from 1 over checkpoints past the first tenth of the run where the margin is positive

@@ -526,9 +526,10 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
 
 
 @dataclass(frozen=True)
-class Recipe:
+class RuleSettings:
     """One trajectory's settings for ``run``: the rule, its step size (constant, or lr (t + 1)^-power at the t-th
-    update) and horizon, and what it trains."""
+    update) and horizon, and what it trains. Not a ``recipes.Recipe``: that one sets the training fields of a
+    transformer's ``Config``; this one sets how an update rule trains a ladder rung (no Config, no model)."""
 
     rule: str
     lr: float
@@ -562,33 +563,36 @@ class Recipe:
 # sit at the query, where they are). Every horizon keeps the smallest margin below ~700, where float64's
 # exp(-margin) and so the gradient underflow to 0.
 LADDER = {
-    "kernel": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.1, 10_000), Recipe("sign", 0.01, 10_000),
-               Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-               Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-               Recipe("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
-               Recipe("sign", 0.001, 20_000, "factorised")],
-    "attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 10_000), Recipe("sign", 0.01, 10_000),
-                  Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-                  Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-                  Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                  Recipe("sign", 0.001, 20_000, "factorised")],
-    "rope_attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 20_000), Recipe("sign", 0.01, 10_000),
-                       Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-                       Recipe("adam", 0.01, 300_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-                       Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                       Recipe("sign", 0.001, 20_000, "factorised")],
+    "kernel": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.1, 10_000), RuleSettings("sign", 0.01, 10_000),
+               RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+               RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
+               RuleSettings("gd", 1.0, 100_000, "factorised"),
+               RuleSettings("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
+               RuleSettings("sign", 0.001, 20_000, "factorised")],
+    "attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 10_000), RuleSettings("sign", 0.01, 10_000),
+                  RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+                  RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
+                  RuleSettings("gd", 1.0, 100_000, "factorised"),
+                  RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                  RuleSettings("sign", 0.001, 20_000, "factorised")],
+    "rope_attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 20_000), RuleSettings("sign", 0.01, 10_000),
+                       RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+                       RuleSettings("adam", 0.01, 300_000, eps=0.0, power=0.5),
+                       RuleSettings("gd", 1.0, 100_000, "factorised"),
+                       RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                       RuleSettings("sign", 0.001, 20_000, "factorised")],
 }
 
 # Adam under and outside its theorem on the kernel rung (``adam_table``): the usual betas (0.9, 0.999), decaying
 # steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1, 1, 10}, each with
 # eps = 0 (the theorem's) and 1e-8 (the default), 1e6 steps. eta_0 per a keeps the margin inside float64's range
 # at 1e6 steps while it still grows.
-ADAM_TABLE = [Recipe("adam", lr, 1_000_000, eps=eps, power=a)
+ADAM_TABLE = [RuleSettings("adam", lr, 1_000_000, eps=eps, power=a)
               for lr, a in [(0.01, 0.5), (0.03, 0.7), (0.3, 1.0), (1e-4, 0.0), (1e-3, 0.0), (1e-2, 0.0)]
               for eps in (0.0, 1e-8)]
 
 
-def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+def ladder(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float = 1.0, seeds=(0, 1),
            checkpoints: int = 30, progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``
     (``progress``: a tqdm bar over the recipes)."""
@@ -598,7 +602,7 @@ def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, 
             for r in tqdm(recipes, desc=f"{rung.name} rung", unit="rule", disable=not progress)]
 
 
-def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+def adam_runs(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float = 1.0, seeds=(0, 1),
               progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``ADAM_TABLE``) on ``rung``, horizons times ``scale``, with three checkpoints a
     decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns);
