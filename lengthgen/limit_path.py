@@ -84,7 +84,13 @@ def margin_ratio(w: np.ndarray, solution: MaxMargin) -> np.ndarray:
 
 @dataclass
 class DirectionPath:
-    """One rule's run with its kernel direction, position share and largest parameter at each checkpoint."""
+    """One rule's run with its kernel direction, position share and largest parameter at each checkpoint.
+
+    Apart from ``selection.Trajectory`` (an update rule on a ladder rung, no transformer) and ``regimes.StepPath``
+    (whole trained transformers, one separate run per checkpoint) because it reads one transformer run while it
+    trains, a decaying step included (``scheduled_train``, which ``train``'s separate runs cannot give), and
+    keeps only what its geometry needs at each of its many log-spaced checkpoints: the kernel's unit pair
+    coefficients, not the model."""
 
     steps: np.ndarray  # (n,) steps done at each checkpoint (0: the initialisation)
     w: np.ndarray  # (n, S, d) unit kernel coefficients

@@ -43,7 +43,13 @@ LAW_HEADER = (["recipe", "in words"] + [f"R² {LAW_STYLE[law][0]}" for law in LA
 
 @dataclass
 class StepPath:
-    """One step size's run at checkpoints of growing training time, same seeds at every checkpoint."""
+    """One step size's run at checkpoints of growing training time, same seeds at every checkpoint.
+
+    Apart from ``limit_path.DirectionPath`` (one run's kernel direction only) and ``selection.Trajectory`` (an
+    update rule on a ladder rung, no transformer) because its readings need each checkpoint's whole model (the
+    logit split into kernel and content, the turn of W_q W_k^T, the accuracy at 8x): each checkpoint is a
+    separate run (``trajectory.checkpoints``; a member stopped at step n is exactly the n-step run), kept as a
+    ``Trained``, and indexed by training time lr x steps so that step sizes compare."""
 
     lr: float
     times: list[float]  # the requested training times lr x steps, ascending

@@ -419,7 +419,14 @@ def log_steps(steps: int, count: int) -> np.ndarray:
 
 @dataclass
 class Trajectory:
-    """One rule on one rung from S seeded initialisations, at checkpoints ``steps`` (C,)."""
+    """One rule on one rung from S seeded initialisations, at checkpoints ``steps`` (C,).
+
+    One of three records of parameters along training, each kept apart for a reason: this one follows no
+    transformer (no Config, no Model) but an update rule on a ladder rung, an exact float64 problem whose
+    max-margin solutions are known, so it keeps the end-to-end iterate's cosine and margin ratio to every
+    geometry's solution and the rule's own internals (gradient and update norms, Adam's sqrt(v_hat)).
+    ``limit_path.DirectionPath`` follows one transformer run through its checkpoints and keeps only its kernel
+    direction; ``regimes.StepPath`` keeps whole trained transformers, one separate run per checkpoint."""
 
     rung: str
     rule: str
