@@ -32,7 +32,7 @@ from .maxmargin import MaxMargin, coefficients, cosine, hard_margin, kernel_cons
 from .model import Model
 from .optim import Optimizer
 from .tables import TableStep
-from .task import TrainStream
+from .task import TrainStream, target_index
 from .thresholds import FITTED_RATIO, MAX_MARGIN, REACHABLE_DECADES
 from .train import Trained, cpu_threads, train
 
@@ -175,7 +175,8 @@ def scheduled_train(c: Config, seeds: Sequence[int], power: float, eps: float | 
     opt = Optimizer(c.optimizer, buf, [c.lr] * len(seeds), power=power,
                     **({} if eps is None else {"eps": eps}))
     tokens = TrainStream(c, list(seeds)).next()
-    target = tokens[..., c.train_length - 1 - c.offset:c.train_length - c.offset]
+    first = target_index(c.train_length, c.offset)
+    target = tokens[..., first:first + 1]  # (S, B, 1)
     members = torch.arange(len(seeds))
     loss = np.empty((c.steps, len(seeds)))
     acc = np.empty((c.steps, len(seeds)), dtype=np.float32)

@@ -20,12 +20,13 @@ from .config import Config, ConfigError, check_length
 from .encodings import TRAITS
 from .evaluate import EVAL_SAMPLES, Evaluation, attention_sums
 from .model import Model
+from .task import target_index
 from .train import Trained
 
 
 def pinned_index(c: Config) -> int:
     """0-indexed position of the target at the (longest) training length: L_train - 1 - K."""
-    return c.train_length - 1 - c.offset
+    return target_index(c.train_length, c.offset)
 
 
 @dataclass
@@ -56,7 +57,7 @@ class PinningResult:
 
     @property
     def target_index(self) -> int:
-        return self.length - 1 - self.offset
+        return target_index(self.length, self.offset)
 
     def summary(self, layer: int = -1) -> dict:
         """Means over members, JSON-ready."""

@@ -51,7 +51,7 @@ from .config import ConfigError
 from .encodings import rope_frequencies
 from .maxmargin import NORMS, cosine, features, hard_margin, kernel_constraints, norm_of
 from .optim import GEOMETRY, RULES, Optimizer, update_in_place
-from .task import generator, sample_tokens
+from .task import generator, sample_tokens, target_index
 from .thresholds import MAX_MARGIN, REACHED_COSINE
 from .train import cpu_threads
 
@@ -306,7 +306,7 @@ def attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequenc
     theta = rope_frequencies(dim, rope_base).double().numpy()
     pos = torch.from_numpy(features(theta, np.arange(train_length)))  # (T, d)
     keys = torch.cat([onehot, pos[None].expand(sequences, -1, -1)], -1)  # (N, T, d_x)
-    target = torch.full((sequences,), train_length - 1 - offset)
+    target = torch.full((sequences,), target_index(train_length, offset))
     settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
                 "sequences": sequences, "seed": seed}
     dx = vocab + dim
@@ -331,7 +331,7 @@ def rope_attention_rung(offset: int, train_length: int, vocab: int, dim: int, se
     settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
                 "sequences": sequences, "seed": seed}
     return Rung("rope_attention", onehot[:, -1].clone(), keys.contiguous(),
-                torch.full((sequences,), train_length - 1 - offset), (vocab, vocab * dim), settings)
+                torch.full((sequences,), target_index(train_length, offset)), (vocab, vocab * dim), settings)
 
 
 def end_to_end(rung: Rung, parametrisation: str, params: torch.Tensor) -> torch.Tensor:
