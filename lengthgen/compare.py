@@ -31,6 +31,7 @@ from .recipes import RECIPE_FIELDS, Recipe
 from .sweep import Grid, failure_length, stats, summary
 from .task import eval_tokens, targets
 from .thresholds import EVERY_SEED_TRANSFER
+from .uncertainty import standard_error
 
 # The outcomes of failure_verdict, in the order the book tabulates them.
 VERDICTS = ("agrees", "fails earlier", "fails later", "fails, none predicted", "predicted, does not fail",
@@ -118,7 +119,7 @@ def paired_change(before: np.ndarray, after: np.ndarray) -> PairedChange:
         raise ValueError(f"paired_change needs two non-empty (S,) arrays of the same seeds; got shapes "
                          f"{before.shape} and {after.shape}")
     d = after - before
-    sem = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    sem = float(standard_error(d))
     mean = float(d.mean())
     verdict = two_se_rule(mean, sem, "up", "down", "no clear change")
     return PairedChange(mean, sem, int((d > 0).sum()), int((d < 0).sum()), verdict)

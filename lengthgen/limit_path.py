@@ -35,6 +35,7 @@ from .tables import TableStep
 from .task import TrainStream, target_index
 from .thresholds import FITTED_RATIO, MAX_MARGIN, REACHABLE_DECADES
 from .train import Trained, cpu_threads, train
+from .uncertainty import standard_error
 
 
 def kernel_coefficients(model: Model) -> np.ndarray:
@@ -346,17 +347,15 @@ def path_frames(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxM
     """The along-training figure's data (``plots.sweep_lines``): rule -> curve -> (steps, mean, standard error):
     the cosine to every geometry after the initialisation, the seed-to-seed cosine, the position share, and the
     flat ``random`` level."""
-    def sem(x: np.ndarray) -> np.ndarray:
-        return x.std(1, ddof=1) / np.sqrt(x.shape[1]) if x.shape[1] > 1 else np.zeros(len(x))
-
     frames = {}
     for name, p in paths.items():
         cos = {g: p.cosines(s.w) for g, s in solutions.items()}  # (n, S) each
-        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), sem(c[1:])) for g, c in cos.items()}
+        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), standard_error(c[1:], axis=1))
+                        for g, c in cos.items()}
         if p.w.shape[1] > 1:
             frames[name]["seed to seed"] = (p.steps[1:], np.array([seed_agreement(w).mean() for w in p.w[1:]]),
                                             np.zeros(len(p.steps) - 1))
-        frames[name]["position share"] = (p.steps[1:], p.share[1:].mean(1), sem(p.share[1:]))
+        frames[name]["position share"] = (p.steps[1:], p.share[1:].mean(1), standard_error(p.share[1:], axis=1))
         frames[name]["random direction (95% of |cosine|)"] = (p.steps[[1, -1]], np.full(2, random), np.zeros(2))
     return frames
 
@@ -444,7 +443,7 @@ def decay_frames(decayed: Mapping[float, DirectionPath]) -> dict[str, dict[str, 
     (mean and standard error over seeds, after the initialisation) and the flat bound 1/lambda."""
     frames = {}
     for wd, p in decayed.items():
-        sem = p.max_abs.std(1, ddof=1) / np.sqrt(p.max_abs.shape[1])
+        sem = standard_error(p.max_abs, axis=1)
         frames[f"lambda = {wd:g}"] = {"largest |parameter|": (p.steps[1:], p.max_abs[1:].mean(1), sem[1:]),
                                       "1 / lambda": (p.steps[[1, -1]], np.full(2, 1 / wd), np.zeros(2))}
     return frames
