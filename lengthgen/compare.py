@@ -218,7 +218,8 @@ def accuracy_at(evaluation: Evaluation, lengths: Sequence[int]) -> np.ndarray:
 
 @dataclass
 class CriterionCheck:
-    """How one recipe fares against a bar (thresholds.EVERY_SEED_TRANSFER) over every (vocab, offset) setting and seed it was run on."""
+    """How one recipe fares against a bar (``thresholds.EVERY_SEED_TRANSFER`` by default) over every (vocab, offset)
+    setting and seed it was run on."""
 
     recipe: Recipe  # the recipe of its models (named by their Config.recipe())
     text: str  # the recipe in words, and the KEPT_APART fields where they differ from the defaults

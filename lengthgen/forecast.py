@@ -41,7 +41,7 @@ import torch
 from .config import Config, ConfigError
 from .maxmargin import MaxMargin, features, norm_of, predict, solve
 from .optim import GEOMETRY
-from .thresholds import EVERY_SEED_TRANSFER
+from .thresholds import EVERY_SEED_TRANSFER, FORECAST_ERROR
 from .train import cpu_threads
 
 LIMIT_HORIZON = 64  # the limit prediction looks this many training lengths far
@@ -469,7 +469,8 @@ def scatter_points(rows: Sequence[dict], index: int) -> dict[str, tuple[np.ndarr
     return {k: (np.array(a), np.array(b)) for k, (a, b) in points.items()}
 
 
-def score_numbers(rows: Sequence[dict], multiples: Sequence[float], target: float = 0.05) -> dict[str, float | str | int]:
+def score_numbers(rows: Sequence[dict], multiples: Sequence[float], target: float = FORECAST_ERROR
+                  ) -> dict[str, float | str | int]:
     """What the prose cites from ``score_rows``: the rows (``rows``), each predictor's MAE over 2x-8x
     (``mae_{key}``), whether the forecast meets ``target`` there (``meets``: "meets"/"misses"), the share of rows
     measured below the 8x bar of ``EVERY_SEED_TRANSFER`` (0.95, ``fail_8x``), the forecast's smallest accuracy at any multiple (``forecast_min``), and

@@ -33,7 +33,7 @@ from .model import Model
 from .optim import Optimizer
 from .tables import TableStep
 from .task import TrainStream, target_index
-from .thresholds import FITTED_RATIO, MAX_MARGIN, REACHABLE_DECADES
+from .thresholds import FITTED_RATIO, MAX_MARGIN, ON_DECAY_BOUND, POSITION_SHARE, REACHABLE_DECADES
 from .train import Trained, cpu_threads, train
 from .uncertainty import standard_error
 
@@ -361,7 +361,7 @@ def path_frames(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxM
 
 
 def limit_numbers(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.ndarray],
-                  found: Mapping[str, Approach], share_bar: float = 0.9) -> dict[str, str | float | int]:
+                  found: Mapping[str, Approach], share_bar: float = POSITION_SHARE) -> dict[str, str | float | int]:
     """What the prose cites: the smallest and largest N of the scan with their position share and held-out accuracy
     (``small_*``, ``large_*``), the smallest N whose position share reaches ``share_bar`` (``share_n``; "none" when
     none does), the rules that reach a geometry (``reached``, "none" when none does) and the closest rule with its
@@ -394,7 +394,7 @@ def full_scale_hours(seconds_per_step: float, steps: int, runs: int) -> float:
 
 # Weight decay: AdamW's bound 1/lambda -------------------------------------------------------------------------
 
-def decay_verdict(ratios: Sequence[float], tolerance: float = 0.1) -> str:
+def decay_verdict(ratios: Sequence[float], tolerance: float = ON_DECAY_BOUND) -> str:
     """A sentence on whether the largest parameter sits at AdamW's bound 1/lambda: ``ratios`` are the final
     max |p| x lambda per decay setting; within ``tolerance`` of 1 counts as on the bound."""
     r = np.asarray(ratios, dtype=np.float64)

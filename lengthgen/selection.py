@@ -626,9 +626,9 @@ def adam_runs(rung: Rung, recipes: list[RuleSettings] | None = None, scale: floa
 def summary(tr: Trajectory, rung: Rung) -> dict:
     """One row of the ladder's table: the last checkpoint's cosines and margin ratios per geometry (mean and
     smallest over seeds), the baselines, and whether the rule reached its own geometry: ``reached_own`` (cosine
-    >= thresholds.REACHED_COSINE to the solver's solution, every seed) and ``own_margin`` (margin ratio >=
-    thresholds.MAX_MARGIN, every seed: the right
-    test where the solution is a face, not a point, as l-infinity's can be: ``maxmargin.linf_spread``).
+    >= ``thresholds.REACHED_COSINE`` to the solver's solution, every seed) and ``own_margin`` (margin ratio >=
+    ``thresholds.MAX_MARGIN``, every seed: the right test where the solution is a face, not a point, as
+    l-infinity's can be: ``maxmargin.linf_spread``).
     ``conditions``: inside the result's conditions or not (``conditions``); ``rate``: the own geometry's margin ratio
     gained per decade of steps over the last decade (the slope against log10 t; ``rate``)."""
     own = expected_geometry(rung, tr.rule, tr.parametrisation)

@@ -43,6 +43,18 @@ REACHED_COSINE = 0.99
 """"A rule reaches its geometry's solution": the cosine of every seed's kernel to the solver's solution at least
 this (the selection ladder's ``reached_own``; a solution that is a face, not a point, needs ``MAX_MARGIN``)."""
 
+POSITION_SHARE = 0.9
+""""Position decides the logit" (chapter 10's training-set scan): the offset explains at least this share of the
+in-window logit variance (``kernel.position_share``; ``limit_path.limit_numbers``' ``share_n``)."""
+
+ON_DECAY_BOUND = 0.1
+""""The largest parameter sits at AdamW's bound 1/lambda": max |p| x lambda within this of 1
+(``limit_path.decay_verdict``)."""
+
+FORECAST_ERROR = 0.05
+""""The forecast before training predicts": its mean absolute accuracy error over 2x-8x at most this
+(``forecast.score_numbers``' ``meets``)."""
+
 REACHABLE_DECADES = 2.0
 """"Still approaching" (``limit_path.approach_sentence``): the last decade's rate would reach ``MAX_MARGIN`` within
 this many more decades of steps (100x the steps)."""
