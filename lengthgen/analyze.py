@@ -12,6 +12,7 @@ import numpy as np
 
 from . import dilution, kernel, pinning
 from .config import Config
+from .encodings import TRAITS
 from .train import Trained, train
 
 ALIAS_MARGIN = 1.0  # list beyond-window offsets within 1 logit of c(-K): each then takes >= e^-1 of the target's weight
@@ -64,7 +65,7 @@ def pinning_summary(trained: Trained, lengths: Sequence[int], samples: int) -> d
         out["by_layer"] = {
             str(L): [r.summary(i) for i in range(len(r.layers))] for L, r in results.items()
         }
-    if c.encoding == "ape":
+    if TRAITS[c.encoding].learned_table:
         norms = pinning.table_norms(trained.model, c.train_length)
         fields = ("trained", "untrained", "moved_trained", "moved_untrained")
         out["table_norms"] = {k: floats(getattr(norms, k)) for k in fields}
@@ -127,7 +128,7 @@ def format_report(r: dict) -> str:
              f"  margin beyond the window      {fmt(k['margin_beyond_window'])}  (offsets down to -{k['max_delta']})",
              f"  predicted failure length      {k['predicted_failure_length']}",
              f"  logit matrix rank-one share   {fmt(k['logit_matrix_rank_one_share'])}"]
-    if c["encoding"] not in kernel.TRANSLATION_INVARIANT:
+    if not TRAITS[c["encoding"]].translation_invariant:
         lines.append(f"  ({c['encoding']}: the kernel depends on the query's position; margins and peaks above are taken "
                      f"with the query at position {k['max_delta'] + 1}, failure lengths at each length)")
     if "energy_top_pairs" in k:

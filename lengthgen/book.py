@@ -22,7 +22,7 @@
    --keep-going`` writes ``_build/html``; it refuses chapters executed with other parameters or sources.
 
 The staged root mirrors the repository, so page paths and links are those of the sources. Paths come from a
-``Layout`` (this repository by default), so a small book elsewhere builds the same way (tests/test_book_build.py).
+``BookFolders`` (this repository by default), so a small book elsewhere builds the same way (tests/test_book_build.py).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ DEFAULT_BUDGET = (60.0, 300.0)  # a chapter missing from BUDGETS (reported: add 
 
 
 @dataclass(frozen=True)
-class Layout:
+class BookFolders:
     """Where a build reads (book root, grid files) and writes (build folder); the defaults are this repository."""
 
     root: Path = ROOT
@@ -109,7 +109,7 @@ class Layout:
         return self.build / f"timings-{'quick' if quick else 'full'}.json"
 
 
-DEFAULT = Layout()
+DEFAULT = BookFolders()
 STAGE, HTML = DEFAULT.stage, DEFAULT.html  # this repository's staged book and site
 
 
@@ -132,7 +132,7 @@ def toc_files(root: Path = ROOT) -> list[str]:
     return files
 
 
-def chapters(layout: Layout = DEFAULT) -> list[Path]:
+def chapters(layout: BookFolders = DEFAULT) -> list[Path]:
     """The notebooks of the toc, in reading order (source paths)."""
     notebooks = [layout.root / f"{name}.ipynb" for name in toc_files(layout.root)]
     return [p for p in notebooks if p.exists()]
@@ -148,7 +148,7 @@ def budget(name: str, quick: bool, budgets: dict[str, tuple[float, float]] = BUD
     return float(budgets.get(name, DEFAULT_BUDGET)[0 if quick else 1])
 
 
-def grid_files(layout: Layout = DEFAULT) -> list[Path]:
+def grid_files(layout: BookFolders = DEFAULT) -> list[Path]:
     """The grid files of the sweep step, by name."""
     return sorted(layout.sweeps.glob("*.json"))
 
@@ -166,7 +166,7 @@ def default_workers() -> int:
     return usable_cores()
 
 
-def fill_sweeps(layout: Layout = DEFAULT, quick: bool = False, workers: int | None = None) -> dict[str, Any]:
+def fill_sweeps(layout: BookFolders = DEFAULT, quick: bool = False, workers: int | None = None) -> dict[str, Any]:
     """Step 1: run every grid file into the results cache, all grids' missing jobs in one queue, longest first
     (``sweep.run_grids``). Returns the step's seconds and per grid: runs, runs computed, and the seconds after which
     the grid was complete."""
@@ -190,7 +190,7 @@ def fill_sweeps(layout: Layout = DEFAULT, quick: bool = False, workers: int | No
     return {"seconds": seconds, "workers": workers, "grids": out}
 
 
-def grids_read_by(notebook: Path, layout: Layout = DEFAULT) -> list[str]:
+def grids_read_by(notebook: Path, layout: BookFolders = DEFAULT) -> list[str]:
     """The grid files a chapter reads: names of ``sweeps/*.json`` given as strings in its statements that call
     ``load_grid`` (e.g. ``{n: load_grid(n) for n in ("budget", "depth")}``)."""
     names: set[str] = set()
@@ -208,7 +208,7 @@ def grids_read_by(notebook: Path, layout: Layout = DEFAULT) -> list[str]:
     return [p.stem for p in grid_files(layout) if p.stem in names]
 
 
-def missing_for(notebook: Path, quick: bool, layout: Layout = DEFAULT) -> dict[str, int]:
+def missing_for(notebook: Path, quick: bool, layout: BookFolders = DEFAULT) -> dict[str, int]:
     """Runs missing from the cache per grid the chapter reads (only grids with some missing)."""
     cache = Cache()
     counts = {name: missing_runs(load_grid(layout.sweeps / f"{name}.json", quick=quick), cache)
@@ -227,7 +227,7 @@ def package_digest() -> str:
     return h.hexdigest()
 
 
-def chapter_key(notebook: Path, quick: bool, layout: Layout = DEFAULT) -> str:
+def chapter_key(notebook: Path, quick: bool, layout: BookFolders = DEFAULT) -> str:
     """What an executed copy depends on: the source notebook, the parameters, the package, the grid files."""
     h = hashlib.sha256(notebook.read_bytes())
     h.update(json.dumps(parameters(quick), sort_keys=True).encode())
@@ -237,7 +237,7 @@ def chapter_key(notebook: Path, quick: bool, layout: Layout = DEFAULT) -> str:
     return h.hexdigest()[:20]
 
 
-def staged_meta(notebook: Path, layout: Layout = DEFAULT) -> dict[str, Any]:
+def staged_meta(notebook: Path, layout: BookFolders = DEFAULT) -> dict[str, Any]:
     """The build metadata of the chapter's staged copy ({} when there is none or it is not ours)."""
     out = layout.stage / notebook.relative_to(layout.root)
     if not out.exists():
@@ -245,7 +245,7 @@ def staged_meta(notebook: Path, layout: Layout = DEFAULT) -> dict[str, Any]:
     return dict(nbformat.read(out, as_version=4).metadata.get(BUILD_META, {}))
 
 
-def stage(layout: Layout = DEFAULT) -> None:
+def stage(layout: BookFolders = DEFAULT) -> None:
     """Copy the book root's files (not the notebooks) into the staged root; drop temporary files of a killed run."""
     layout.stage.mkdir(parents=True, exist_ok=True)
     for name in ROOT_FILES:
@@ -288,7 +288,7 @@ def kernel_environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def execute(notebook: Path, quick: bool, layout: Layout = DEFAULT, cell_timeout: float | None = None) -> float:
+def execute(notebook: Path, quick: bool, layout: BookFolders = DEFAULT, cell_timeout: float | None = None) -> float:
     """Run one source chapter with papermill into the staged root; returns the seconds it took.
 
     No cell time limit unless ``cell_timeout`` (seconds). The executed copy carries its ``chapter_key``.
@@ -354,7 +354,7 @@ def warn(message: str) -> None:
         print(f"::warning title=book build::{message}", flush=True)
 
 
-def write_timings(quick: bool, chapters: dict[str, float], layout: Layout = DEFAULT, **extra: Any) -> Path:
+def write_timings(quick: bool, chapters: dict[str, float], layout: BookFolders = DEFAULT, **extra: Any) -> Path:
     """``_build/timings-{quick,full}.json``: {"mode", "chapters": {name: seconds}, ...extra}."""
     path = layout.timings(quick)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,7 +362,7 @@ def write_timings(quick: bool, chapters: dict[str, float], layout: Layout = DEFA
     return path
 
 
-def previous_seconds(layout: Layout, quick: bool) -> dict[str, float]:
+def previous_seconds(layout: BookFolders, quick: bool) -> dict[str, float]:
     """Each chapter's seconds in the last build of this mode (``timings``), {} when there was none."""
     try:
         return dict(json.loads(layout.timings(quick).read_text())["chapters"])
@@ -370,7 +370,7 @@ def previous_seconds(layout: Layout, quick: bool) -> dict[str, float]:
         return {}
 
 
-def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budgets: dict[str, tuple[float, float]],
+def run_chapters(layout: BookFolders, quick: bool, names: Sequence[str] | None, budgets: dict[str, tuple[float, float]],
                  workers: int, cell_timeout: float | None, force: bool, report: dict[str, Any]) -> None:
     """Step 2 and 3: execute each chapter whose staged copy is not current, check budgets; fills ``report``.
 
@@ -440,7 +440,7 @@ def run_chapters(layout: Layout, quick: bool, names: Sequence[str] | None, budge
             raise error
 
 
-def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | None = None, html: bool = True,
+def build(layout: BookFolders = DEFAULT, quick: bool = False, only: Sequence[str] | None = None, html: bool = True,
           sweeps: bool = True, workers: int | None = None, budgets: dict[str, tuple[float, float]] = BUDGETS,
           cell_timeout: float | None = None, force: bool = False) -> dict[str, Any]:
     """Steps 1-4 (module docstring); returns what it wrote to the timings file."""
@@ -485,7 +485,7 @@ def build(layout: Layout = DEFAULT, quick: bool = False, only: Sequence[str] | N
 # -- step 4: HTML --------------------------------------------------------------------------------------------
 
 
-def build_html(layout: Layout = DEFAULT) -> None:
+def build_html(layout: BookFolders = DEFAULT) -> None:
     """Vendor the assets into the staged root, then ``jupyter-book build`` it, warnings as errors; the HTML lands
     in ``_build/html``."""
     vendor(layout.stage / VENDOR)
@@ -497,7 +497,7 @@ def build_html(layout: Layout = DEFAULT) -> None:
     shutil.move(layout.build / "jb" / "_build" / "html", layout.html)
 
 
-def main(argv: list[str] | None = None, layout: Layout = DEFAULT) -> None:
+def main(argv: list[str] | None = None, layout: BookFolders = DEFAULT) -> None:
     p = argparse.ArgumentParser(prog="python -m lengthgen.book", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="the quick grids and QUICK=True in every chapter (CI)")
     p.add_argument("--only", nargs="*", default=None, help="chapter names to execute (default: all)")

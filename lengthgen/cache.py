@@ -1,6 +1,6 @@
 """An on-disk cache of JSON results, keyed by a JSON-able description of the run and the results version.
 
-Layout: ``ROOT/results-v<RESULTS_VERSION>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
+Files: ``ROOT/results-v<RESULTS_VERSION>/<sha256 of the key>.json``, one file per entry holding ``{"key": ..., "value": ...}``.
 Every write goes to a temporary file in the same folder and is moved into place with ``os.replace``, so a
 reader (or a sweep that was killed mid-write) never sees a half-written entry. An entry that is damaged all the
 same (it does not parse, or its stored key is not the one asked for: a disk error, a hand edit, a copy cut short)

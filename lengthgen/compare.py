@@ -30,6 +30,8 @@ from .evaluate import Evaluation
 from .recipes import RECIPE_FIELDS, Recipe
 from .sweep import Grid, failure_length, stats, summary
 from .task import eval_tokens, targets
+from .thresholds import EVERY_SEED_TRANSFER
+from .uncertainty import standard_error
 
 # The outcomes of failure_verdict, in the order the book tabulates them.
 VERDICTS = ("agrees", "fails earlier", "fails later", "fails, none predicted", "predicted, does not fail",
@@ -117,7 +119,7 @@ def paired_change(before: np.ndarray, after: np.ndarray) -> PairedChange:
         raise ValueError(f"paired_change needs two non-empty (S,) arrays of the same seeds; got shapes "
                          f"{before.shape} and {after.shape}")
     d = after - before
-    sem = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    sem = float(standard_error(d))
     mean = float(d.mean())
     verdict = two_se_rule(mean, sem, "up", "down", "no clear change")
     return PairedChange(mean, sem, int((d > 0).sum()), int((d < 0).sum()), verdict)
@@ -213,13 +215,11 @@ def accuracy_at(evaluation: Evaluation, lengths: Sequence[int]) -> np.ndarray:
 
 # --- recipes and the extrapolation criterion (chapter 9) ---
 
-# The bar of chapter 9: every seed, on every vocabulary and offset, at least this accuracy at each multiple.
-CRITERION = {4.0: 0.99, 8.0: 0.95}
-
 
 @dataclass
 class CriterionCheck:
-    """How one recipe fares against CRITERION over every (vocab, offset) setting and seed it was run on."""
+    """How one recipe fares against a bar (``thresholds.EVERY_SEED_TRANSFER`` by default) over every (vocab, offset)
+    setting and seed it was run on."""
 
     recipe: Recipe  # the recipe of its models (named by their Config.recipe())
     text: str  # the recipe in words, and the KEPT_APART fields where they differ from the defaults
@@ -238,7 +238,7 @@ class CriterionCheck:
 KEPT_APART = ("batch", "decay_scope", "rope_base")  # fields a criterion check keeps apart, next to the recipe
 
 
-def check_criterion(df: pd.DataFrame, criterion: dict[float, float] = CRITERION) -> list[CriterionCheck]:
+def check_criterion(df: pd.DataFrame, criterion: dict[float, float] = EVERY_SEED_TRANSFER) -> list[CriterionCheck]:
     """One CriterionCheck per recipe (and KEPT_APART values) among the models of frame ``df`` (every model
     evaluated at each multiple of ``criterion``), best slack first."""
     out = []

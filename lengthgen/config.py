@@ -15,9 +15,9 @@ import numbers
 import os
 from dataclasses import dataclass
 
+from .encodings import ENCODINGS, TRAITS
 from .optim import RULES
 
-ENCODINGS = ("rope", "ape", "sinusoidal", "nope", "alibi")
 DTYPES = ("float32", "float64")  # the dtype of the model, its tables and the optimiser
 DECAY_SCOPES = ("matrices", "all")  # weight decay on the attention/read-out matrices only, or on the tables too
 
@@ -182,7 +182,7 @@ def validate(c: Config) -> None:
         raise ConfigError(f"dim={c.dim}: use an even width >= 2 (RoPE rotates pairs of dimensions)")
     if c.layers < 1:
         raise ConfigError(f"layers={c.layers}: use at least 1 layer")
-    if c.encoding == "ape" and c.max_length < c.train_length:
+    if TRAITS[c.encoding].learned_table and c.max_length < c.train_length:
         raise ConfigError(
             f"max_length={c.max_length} is below train_length={c.train_length}: "
             f"the APE table needs a row for every training position"
@@ -230,7 +230,7 @@ def check_length(c: Config, length: int, members: int = 1, samples: int | None =
         raise ConfigError(
             f"length {length}: at offset K={c.offset} the length must exceed K (the target x_(L-K) must exist)"
         )
-    if c.encoding == "ape" and length > c.max_length:
+    if TRAITS[c.encoding].learned_table and length > c.max_length:
         raise ConfigError(
             f"length {length} is past the APE table ({c.max_length} rows); "
             f"evaluate at <= {c.max_length} or train with a larger max_length"
@@ -331,7 +331,7 @@ def memory_terms(c: Config, members: int = 1, length: int | None = None,
         "token tables (vocab x dim)": (S * 2 * V * d * F * copies, ("vocab", "dim")),
         "attention matrices (layers x dim x dim)": (S * matrices * F * copies, ("dim", "layers")),
     }
-    if c.encoding == "ape":
+    if TRAITS[c.encoding].learned_table:
         terms["APE table (max_length x dim)"] = (S * c.max_length * d * F * copies, ("max_length", "dim"))
     if training:
         batch, f_act = c.batch, 2  # forward value and gradient

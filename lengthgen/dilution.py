@@ -32,10 +32,11 @@ import numpy as np
 import torch
 
 from .config import ConfigError, check_length
+from .encodings import TRAITS
 from .evaluate import evaluate
 from .kernel import carrier_kernel, logit_table
 from .model import Model
-from .task import generator
+from .task import generator, target_index
 from .train import Trained
 
 LAWS = ("simple", "kernel", "mean_field", "content")
@@ -86,7 +87,7 @@ def kernel_law(model: Model, lengths: Sequence[int]) -> np.ndarray:
     """The kernel law from the weights: (n, S). Absolute encodings use the kernel at each length."""
     check_one_layer(model)
     K = model.config.offset
-    if model.config.encoding in ("ape", "sinusoidal"):
+    if not TRAITS[model.config.encoding].translation_invariant:
         return np.concatenate([
             kernel_law_from_values(carrier_kernel(model, -torch.arange(L), length=L).numpy(), K, [L]) for L in lengths
         ])
@@ -121,7 +122,7 @@ def mean_field(model: Model, length: int) -> MeanField:
     check_one_layer(model, readout=True)
     c = model.config
     check_length(c, length)
-    tpos = length - 1 - c.offset
+    tpos = target_index(length, c.offset)
     table, self_logit = logit_table(model, length)  # (S, A, B, J), (S, A)
     top = torch.maximum(table.amax((2, 3)), self_logit)
     w, w_self = (table - top[..., None, None]).exp(), (self_logit - top).exp()
@@ -195,7 +196,7 @@ def content_law(model: Model, lengths: Sequence[int]) -> np.ndarray:
     for L in lengths:
         check_length(model.config, L)
         table, self_logit = logit_table(model, L)
-        out.append(exact_target_weight(table, self_logit, L - 1 - model.config.offset).mean((1, 2)).numpy())
+        out.append(exact_target_weight(table, self_logit, target_index(L, model.config.offset)).mean((1, 2)).numpy())
     return np.stack(out)
 
 

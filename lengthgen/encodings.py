@@ -11,10 +11,34 @@ Shapes: S ensemble members, L positions, d model width. Positions are 0-indexed 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from .config import Config
+if TYPE_CHECKING:
+    from .config import Config
+
+
+@dataclass(frozen=True)
+class EncodingTraits:
+    """What the rest of the package knows about an encoding without building it (one home for all of it)."""
+
+    label: str  # its name in figures and tables
+    color: str  # its colour in every figure
+    translation_invariant: bool  # logits depend on positions only through i - j: one kernel row serves every length
+    learned_table: bool  # a learned row per position (APE): max_length rows, none past them
+
+
+TRAITS = {  # keyed by the value of Config.encoding; this order is the order of every listing and palette
+    "rope": EncodingTraits("RoPE", "#1f77b4", translation_invariant=True, learned_table=False),
+    "ape": EncodingTraits("APE (learned)", "#d62728", translation_invariant=False, learned_table=True),
+    "sinusoidal": EncodingTraits("sinusoidal", "#2ca02c", translation_invariant=False, learned_table=False),
+    "nope": EncodingTraits("NoPE", "#7f7f7f", translation_invariant=True, learned_table=False),
+    "alibi": EncodingTraits("ALiBi", "#9467bd", translation_invariant=True, learned_table=False),
+}
+ENCODINGS = tuple(TRAITS)  # the values Config.encoding accepts
 
 
 def stacked_normal(gens: list[torch.Generator], shape: tuple[int, ...], std: float) -> torch.Tensor:
@@ -129,10 +153,13 @@ def build_encoding(c: Config, gens: list[torch.Generator]) -> Encoding:
 
 __all__ = [
     "ALiBi",
+    "ENCODINGS",
     "Encoding",
+    "EncodingTraits",
     "LearnedAbsolute",
     "RoPE",
     "Sinusoidal",
+    "TRAITS",
     "build_encoding",
     "rope_frequencies",
     "rope_rotate",

@@ -12,7 +12,7 @@ import torch
 from .config import EVAL_CHUNK, EVAL_SAMPLES, check_length, check_samples, eval_chunk
 from .model import Model, Output
 from .tables import applies, fast_forward
-from .task import eval_tokens, targets
+from .task import eval_tokens, target_index, targets
 from .train import Trained, cpu_threads
 
 
@@ -129,7 +129,7 @@ def attention_sums(trained: Trained, length: int, samples: int = EVAL_SAMPLES, s
         for i, attn in enumerate(out.attentions):
             last = attn[:, :, -1]  # (S, b, L): the last query's attention
             sums.argmax_counts[i] += torch.nn.functional.one_hot(last.argmax(-1), length).sum(1).cpu().float()
-            sums.at_target[i] += last[..., -1 - c.offset].sum(1).cpu()
+            sums.at_target[i] += last[..., target_index(length, c.offset)].sum(1).cpu()
             if watch is not None:
                 sums.at_watch[i] += last[..., watch].sum(1).cpu()
     return sums

@@ -22,14 +22,6 @@ from .sweep import stats
 
 VERDICTS = ("holds", "holds in one regime", "bounded", "undecided", "does not hold")
 
-# The claims' thresholds, the paper's words made numeric (the findings page and the introduction read them here).
-TRANSFER = 0.95  # "extrapolates": accuracy at least this at each horizon
-NEAR_CHANCE = 0.05  # "collapses to 1/V": accuracy at most this much above chance
-EXACT = 1e-9  # "exact equivariance": largest float64 logit change when the sequence moves
-RANK_ONE = 0.99  # "low-rank kernel": share of the squared singular values in the first, at the target offset
-LAW_ERROR = 0.05  # "the dilution law predicts": |predicted - measured accuracy| at most this
-AGREE = 0.95  # "training selects one solution": pairwise cosine of the seeds' carrier kernels at least this
-MAX_MARGIN = 0.99  # "training selects a max-margin kernel": margin ratio in the closest geometry at least this
 HORIZONS = (2, 4, 8)  # multiples of the training length a transfer claim is checked at, nearest first
 QUICK_HORIZONS = HORIZONS[:2]  # the same in quick runs
 

@@ -23,10 +23,9 @@ import numpy as np
 import torch
 
 from .config import ConfigError
-from .encodings import rope_frequencies
+from .encodings import TRAITS, rope_frequencies
 from .model import Model
 
-TRANSLATION_INVARIANT = ("rope", "nope", "alibi")
 TOP_PAIRS = (1, 2, 4)
 BEYOND_MULTIPLE = 16  # default reach of beyond-window searches: 16 x the training length
 
@@ -275,7 +274,7 @@ def predicted_failure_length(model: Model, offset: int, train_length: int, max_l
     if max_length <= train_length:
         raise ConfigError(f"max_length={max_length} must exceed train_length={train_length}")
     deltas = -torch.arange(max_length)
-    if model.config.encoding in TRANSLATION_INVARIANT:
+    if TRAITS[model.config.encoding].translation_invariant:
         kern = carrier_kernel(model, deltas).double().numpy()
         result = []
         for row in kern:

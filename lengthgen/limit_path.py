@@ -32,8 +32,10 @@ from .maxmargin import MaxMargin, coefficients, cosine, hard_margin, kernel_cons
 from .model import Model
 from .optim import Optimizer
 from .tables import TableStep
-from .task import TrainStream
+from .task import TrainStream, target_index
+from .thresholds import FITTED_RATIO, MAX_MARGIN, ON_DECAY_BOUND, POSITION_SHARE, REACHABLE_DECADES
 from .train import Trained, cpu_threads, train
+from .uncertainty import standard_error
 
 
 def kernel_coefficients(model: Model) -> np.ndarray:
@@ -83,7 +85,13 @@ def margin_ratio(w: np.ndarray, solution: MaxMargin) -> np.ndarray:
 
 @dataclass
 class DirectionPath:
-    """One rule's run with its kernel direction, position share and largest parameter at each checkpoint."""
+    """One rule's run with its kernel direction, position share and largest parameter at each checkpoint.
+
+    Apart from ``selection.Trajectory`` (an update rule on a ladder rung, no transformer) and ``regimes.StepPath``
+    (whole trained transformers, one separate run per checkpoint) because it reads one transformer run while it
+    trains, a decaying step included (``scheduled_train``, which ``train``'s separate runs cannot give), and
+    keeps only what its geometry needs at each of its many log-spaced checkpoints: the kernel's unit pair
+    coefficients, not the model."""
 
     steps: np.ndarray  # (n,) steps done at each checkpoint (0: the initialisation)
     w: np.ndarray  # (n, S, d) unit kernel coefficients
@@ -168,7 +176,8 @@ def scheduled_train(c: Config, seeds: Sequence[int], power: float, eps: float | 
     opt = Optimizer(c.optimizer, buf, [c.lr] * len(seeds), power=power,
                     **({} if eps is None else {"eps": eps}))
     tokens = TrainStream(c, list(seeds)).next()
-    target = tokens[..., c.train_length - 1 - c.offset:c.train_length - c.offset]
+    first = target_index(c.train_length, c.offset)
+    target = tokens[..., first:first + 1]  # (S, B, 1)
     members = torch.arange(len(seeds))
     loss = np.empty((c.steps, len(seeds)))
     acc = np.empty((c.steps, len(seeds)), dtype=np.float32)
@@ -229,7 +238,7 @@ def decade_slope(steps: np.ndarray, values: np.ndarray) -> np.ndarray:
     return (x[:, None] * values[last]).sum(0) / (x**2).sum()
 
 
-def decades_to(value: float, slope: float, target: float = 0.99) -> float:
+def decades_to(value: float, slope: float, target: float = MAX_MARGIN) -> float:
     """Tenfold increases of the steps still needed to reach ``target`` at ``slope`` per decade: 0 when ``value``
     is there already, inf when the slope does not climb toward it."""
     if value >= target:
@@ -259,7 +268,7 @@ class Approach:
         return decades_to(self.ratio[self.geometry], self.ratio_slope[self.geometry], self.target)
 
 
-def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin], target: float = 0.99
+def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin], target: float = MAX_MARGIN
                ) -> dict[str, Approach]:
     """rule -> its ``Approach``: the geometry whose max-margin kernel it is closest to by the final margin ratio (the
     measure that stays right where an optimum is a face, not a point) and the rates toward every geometry."""
@@ -276,11 +285,6 @@ def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMa
             float(seed_agreement(p.w[-1]).mean()) if p.w.shape[1] > 1 else float("nan"),
             float(p.share[-1].mean()), target)
     return out
-
-
-REACHABLE_DECADES = 2.0  # "still approaching": the last decade's rate would reach the target within 100x the steps
-FITTED_RATIO = 0.5  # a rate measured from a margin ratio below this (the target ahead by less than half the optimum's
-# margin per unit norm) describes the fit of the window, not the approach to a direction
 
 
 def approach_sentence(a: Approach) -> str:
@@ -343,23 +347,21 @@ def path_frames(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxM
     """The along-training figure's data (``plots.sweep_lines``): rule -> curve -> (steps, mean, standard error):
     the cosine to every geometry after the initialisation, the seed-to-seed cosine, the position share, and the
     flat ``random`` level."""
-    def sem(x: np.ndarray) -> np.ndarray:
-        return x.std(1, ddof=1) / np.sqrt(x.shape[1]) if x.shape[1] > 1 else np.zeros(len(x))
-
     frames = {}
     for name, p in paths.items():
         cos = {g: p.cosines(s.w) for g, s in solutions.items()}  # (n, S) each
-        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), sem(c[1:])) for g, c in cos.items()}
+        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), standard_error(c[1:], axis=1))
+                        for g, c in cos.items()}
         if p.w.shape[1] > 1:
             frames[name]["seed to seed"] = (p.steps[1:], np.array([seed_agreement(w).mean() for w in p.w[1:]]),
                                             np.zeros(len(p.steps) - 1))
-        frames[name]["position share"] = (p.steps[1:], p.share[1:].mean(1), sem(p.share[1:]))
+        frames[name]["position share"] = (p.steps[1:], p.share[1:].mean(1), standard_error(p.share[1:], axis=1))
         frames[name]["random direction (95% of |cosine|)"] = (p.steps[[1, -1]], np.full(2, random), np.zeros(2))
     return frames
 
 
 def limit_numbers(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.ndarray],
-                  found: Mapping[str, Approach], share_bar: float = 0.9) -> dict[str, str | float | int]:
+                  found: Mapping[str, Approach], share_bar: float = POSITION_SHARE) -> dict[str, str | float | int]:
     """What the prose cites: the smallest and largest N of the scan with their position share and held-out accuracy
     (``small_*``, ``large_*``), the smallest N whose position share reaches ``share_bar`` (``share_n``; "none" when
     none does), the rules that reach a geometry (``reached``, "none" when none does) and the closest rule with its
@@ -392,7 +394,7 @@ def full_scale_hours(seconds_per_step: float, steps: int, runs: int) -> float:
 
 # Weight decay: AdamW's bound 1/lambda -------------------------------------------------------------------------
 
-def decay_verdict(ratios: Sequence[float], tolerance: float = 0.1) -> str:
+def decay_verdict(ratios: Sequence[float], tolerance: float = ON_DECAY_BOUND) -> str:
     """A sentence on whether the largest parameter sits at AdamW's bound 1/lambda: ``ratios`` are the final
     max |p| x lambda per decay setting; within ``tolerance`` of 1 counts as on the bound."""
     r = np.asarray(ratios, dtype=np.float64)
@@ -441,7 +443,7 @@ def decay_frames(decayed: Mapping[float, DirectionPath]) -> dict[str, dict[str, 
     (mean and standard error over seeds, after the initialisation) and the flat bound 1/lambda."""
     frames = {}
     for wd, p in decayed.items():
-        sem = p.max_abs.std(1, ddof=1) / np.sqrt(p.max_abs.shape[1])
+        sem = standard_error(p.max_abs, axis=1)
         frames[f"lambda = {wd:g}"] = {"largest |parameter|": (p.steps[1:], p.max_abs[1:].mean(1), sem[1:]),
                                       "1 / lambda": (p.steps[[1, -1]], np.full(2, 1 / wd), np.zeros(2))}
     return frames

@@ -17,14 +17,16 @@ import pandas as pd
 import torch
 
 from .config import Config, ConfigError, check_length
+from .encodings import TRAITS
 from .evaluate import EVAL_SAMPLES, Evaluation, attention_sums
 from .model import Model
+from .task import target_index
 from .train import Trained
 
 
 def pinned_index(c: Config) -> int:
     """0-indexed position of the target at the (longest) training length: L_train - 1 - K."""
-    return c.train_length - 1 - c.offset
+    return target_index(c.train_length, c.offset)
 
 
 @dataclass
@@ -55,7 +57,7 @@ class PinningResult:
 
     @property
     def target_index(self) -> int:
-        return self.length - 1 - self.offset
+        return target_index(self.length, self.offset)
 
     def summary(self, layer: int = -1) -> dict:
         """Means over members, JSON-ready."""
@@ -156,7 +158,7 @@ class TableNorms:
 def table_norms(model: Model, train_length: int) -> TableNorms:
     """Norms of trained against untrained APE rows, and how far each moved from its initialisation."""
     c = model.config
-    if c.encoding != "ape":
+    if not TRAITS[c.encoding].learned_table:
         raise ConfigError(f"encoding={c.encoding!r}: table norms need a learned table (encoding='ape')")
     if not 0 < train_length < c.max_length:
         raise ConfigError(f"train_length={train_length} must lie in (0, max_length={c.max_length})")

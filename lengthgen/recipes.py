@@ -4,9 +4,9 @@
 large step, stopped at the first 99.5% training accuracy. ``SMALL_STEPS`` is the regime the implicit-bias
 account is about: a thirty times smaller step and a fixed budget (lr x steps = 2) with no early stop, so that
 training goes on well past the first fit. Chapter 9 measures the choice: of the Adam recipes run on every offset
-and both vocabularies it came closest to keeping every seed above 0.99 at 4x and 0.95 at 8x (lr 1e-4, run on
-V = 16 only, does a little better at three times the cost), and the chapter checks on every build whether this
-recipe is still the closest.
+and both vocabularies it came closest to keeping every seed above the bar ``thresholds.EVERY_SEED_TRANSFER``
+(lr 1e-4, run on V = 16 only, does a little better at three times the cost), and the chapter checks on every build
+whether this recipe is still the closest.
 """
 
 from __future__ import annotations

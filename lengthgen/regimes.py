@@ -27,6 +27,7 @@ from .kernel import reach_envelope
 from .plots.mechanism import LAW_STYLE
 from .trajectory import LogitSplit, alignment, checkpoints, direction_change, kernel_direction, logit_split
 from .train import Trained
+from .uncertainty import standard_error
 
 FAR_MULTIPLE = 8  # the path's accuracy is measured at this many training lengths
 QUANTITIES = {  # the logit split's fields a path follows, by the name the figure gives them
@@ -43,7 +44,13 @@ LAW_HEADER = (["recipe", "in words"] + [f"R² {LAW_STYLE[law][0]}" for law in LA
 
 @dataclass
 class StepPath:
-    """One step size's run at checkpoints of growing training time, same seeds at every checkpoint."""
+    """One step size's run at checkpoints of growing training time, same seeds at every checkpoint.
+
+    Apart from ``limit_path.DirectionPath`` (one run's kernel direction only) and ``selection.Trajectory`` (an
+    update rule on a ladder rung, no transformer) because its readings need each checkpoint's whole model (the
+    logit split into kernel and content, the turn of W_q W_k^T, the accuracy at 8x): each checkpoint is a
+    separate run (``trajectory.checkpoints``; a member stopped at step n is exactly the n-step run), kept as a
+    ``Trained``, and indexed by training time lr x steps so that step sizes compare."""
 
     lr: float
     times: list[float]  # the requested training times lr x steps, ascending
@@ -68,18 +75,14 @@ def step_paths(base: Config, lrs: Mapping[str, float], seeds: Sequence[int], tim
     return out
 
 
-def _sem(x: np.ndarray) -> float:
-    """Standard error of the mean of x (S,); 0 for one member."""
-    return float(np.std(x, ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
-
-
 def path_frames(paths: Mapping[str, StepPath]) -> dict[str, dict[str, tuple[list, list, list]]]:
     """The data of the along-training figure (``plots.sweep_lines``): quantity -> step name -> (training
     times, mean over seeds, standard error), for every ``QUANTITIES`` field and the accuracy at 8x."""
     frames = {q: {name: (p.run_times(), [float(getattr(s, key).mean()) for s in p.splits],
-                         [_sem(getattr(s, key)) for s in p.splits]) for name, p in paths.items()}
+                         [float(standard_error(getattr(s, key))) for s in p.splits]) for name, p in paths.items()}
               for q, key in QUANTITIES.items()}
-    frames["accuracy at 8x"] = {name: (p.run_times(), [float(a.mean()) for a in p.far], [_sem(a) for a in p.far])
+    frames["accuracy at 8x"] = {name: (p.run_times(), [float(a.mean()) for a in p.far],
+                                       [float(standard_error(a)) for a in p.far])
                                 for name, p in paths.items()}
     return frames
 

@@ -51,7 +51,8 @@ from .config import ConfigError
 from .encodings import rope_frequencies
 from .maxmargin import NORMS, cosine, features, hard_margin, kernel_constraints, norm_of
 from .optim import GEOMETRY, RULES, Optimizer, update_in_place
-from .task import generator, sample_tokens
+from .task import generator, sample_tokens, target_index
+from .thresholds import MAX_MARGIN, REACHED_COSINE
 from .train import cpu_threads
 
 KERNEL_GEOMETRIES = NORMS + ("factors_linf",)  # the kernel's three, and what sign descent on its factors selects
@@ -305,7 +306,7 @@ def attention_rung(offset: int, train_length: int, vocab: int, dim: int, sequenc
     theta = rope_frequencies(dim, rope_base).double().numpy()
     pos = torch.from_numpy(features(theta, np.arange(train_length)))  # (T, d)
     keys = torch.cat([onehot, pos[None].expand(sequences, -1, -1)], -1)  # (N, T, d_x)
-    target = torch.full((sequences,), train_length - 1 - offset)
+    target = torch.full((sequences,), target_index(train_length, offset))
     settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
                 "sequences": sequences, "seed": seed}
     dx = vocab + dim
@@ -330,7 +331,7 @@ def rope_attention_rung(offset: int, train_length: int, vocab: int, dim: int, se
     settings = {"offset": offset, "train_length": train_length, "vocab": vocab, "dim": dim, "rope_base": rope_base,
                 "sequences": sequences, "seed": seed}
     return Rung("rope_attention", onehot[:, -1].clone(), keys.contiguous(),
-                torch.full((sequences,), train_length - 1 - offset), (vocab, vocab * dim), settings)
+                torch.full((sequences,), target_index(train_length, offset)), (vocab, vocab * dim), settings)
 
 
 def end_to_end(rung: Rung, parametrisation: str, params: torch.Tensor) -> torch.Tensor:
@@ -418,7 +419,14 @@ def log_steps(steps: int, count: int) -> np.ndarray:
 
 @dataclass
 class Trajectory:
-    """One rule on one rung from S seeded initialisations, at checkpoints ``steps`` (C,)."""
+    """One rule on one rung from S seeded initialisations, at checkpoints ``steps`` (C,).
+
+    One of three records of parameters along training, each kept apart for a reason: this one follows no
+    transformer (no Config, no Model) but an update rule on a ladder rung, an exact float64 problem whose
+    max-margin solutions are known, so it keeps the end-to-end iterate's cosine and margin ratio to every
+    geometry's solution and the rule's own internals (gradient and update norms, Adam's sqrt(v_hat)).
+    ``limit_path.DirectionPath`` follows one transformer run through its checkpoints and keeps only its kernel
+    direction; ``regimes.StepPath`` keeps whole trained transformers, one separate run per checkpoint."""
 
     rung: str
     rule: str
@@ -525,9 +533,10 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
 
 
 @dataclass(frozen=True)
-class Recipe:
+class RuleSettings:
     """One trajectory's settings for ``run``: the rule, its step size (constant, or lr (t + 1)^-power at the t-th
-    update) and horizon, and what it trains."""
+    update) and horizon, and what it trains. Not a ``recipes.Recipe``: that one sets the training fields of a
+    transformer's ``Config``; this one sets how an update rule trains a ladder rung (no Config, no model)."""
 
     rule: str
     lr: float
@@ -561,33 +570,36 @@ class Recipe:
 # sit at the query, where they are). Every horizon keeps the smallest margin below ~700, where float64's
 # exp(-margin) and so the gradient underflow to 0.
 LADDER = {
-    "kernel": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.1, 10_000), Recipe("sign", 0.01, 10_000),
-               Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-               Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-               Recipe("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
-               Recipe("sign", 0.001, 20_000, "factorised")],
-    "attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 10_000), Recipe("sign", 0.01, 10_000),
-                  Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-                  Recipe("adam", 0.01, 1_000_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-                  Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                  Recipe("sign", 0.001, 20_000, "factorised")],
-    "rope_attention": [Recipe("gd", 1.0, 100_000), Recipe("ngd", 0.05, 20_000), Recipe("sign", 0.01, 10_000),
-                       Recipe("signum", 0.01, 10_000), Recipe("adam", 0.01, 100_000),
-                       Recipe("adam", 0.01, 300_000, eps=0.0, power=0.5), Recipe("gd", 1.0, 100_000, "factorised"),
-                       Recipe("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                       Recipe("sign", 0.001, 20_000, "factorised")],
+    "kernel": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.1, 10_000), RuleSettings("sign", 0.01, 10_000),
+               RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+               RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
+               RuleSettings("gd", 1.0, 100_000, "factorised"),
+               RuleSettings("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
+               RuleSettings("sign", 0.001, 20_000, "factorised")],
+    "attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 10_000), RuleSettings("sign", 0.01, 10_000),
+                  RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+                  RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
+                  RuleSettings("gd", 1.0, 100_000, "factorised"),
+                  RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                  RuleSettings("sign", 0.001, 20_000, "factorised")],
+    "rope_attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 20_000), RuleSettings("sign", 0.01, 10_000),
+                       RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+                       RuleSettings("adam", 0.01, 300_000, eps=0.0, power=0.5),
+                       RuleSettings("gd", 1.0, 100_000, "factorised"),
+                       RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
+                       RuleSettings("sign", 0.001, 20_000, "factorised")],
 }
 
 # Adam under and outside its theorem on the kernel rung (``adam_table``): the usual betas (0.9, 0.999), decaying
 # steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1, 1, 10}, each with
 # eps = 0 (the theorem's) and 1e-8 (the default), 1e6 steps. eta_0 per a keeps the margin inside float64's range
 # at 1e6 steps while it still grows.
-ADAM_TABLE = [Recipe("adam", lr, 1_000_000, eps=eps, power=a)
+ADAM_TABLE = [RuleSettings("adam", lr, 1_000_000, eps=eps, power=a)
               for lr, a in [(0.01, 0.5), (0.03, 0.7), (0.3, 1.0), (1e-4, 0.0), (1e-3, 0.0), (1e-2, 0.0)]
               for eps in (0.0, 1e-8)]
 
 
-def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+def ladder(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float = 1.0, seeds=(0, 1),
            checkpoints: int = 30, progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``LADDER[rung.name]``) on ``rung``, horizons multiplied by ``scale``
     (``progress``: a tqdm bar over the recipes)."""
@@ -597,7 +609,7 @@ def ladder(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, 
             for r in tqdm(recipes, desc=f"{rung.name} rung", unit="rule", disable=not progress)]
 
 
-def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.0, seeds=(0, 1),
+def adam_runs(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float = 1.0, seeds=(0, 1),
               progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``ADAM_TABLE``) on ``rung``, horizons times ``scale``, with three checkpoints a
     decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns);
@@ -614,8 +626,9 @@ def adam_runs(rung: Rung, recipes: list[Recipe] | None = None, scale: float = 1.
 def summary(tr: Trajectory, rung: Rung) -> dict:
     """One row of the ladder's table: the last checkpoint's cosines and margin ratios per geometry (mean and
     smallest over seeds), the baselines, and whether the rule reached its own geometry: ``reached_own`` (cosine
-    >= 0.99 to the solver's solution, every seed) and ``own_margin`` (margin ratio >= 0.99, every seed: the right
-    test where the solution is a face, not a point, as l-infinity's can be: ``maxmargin.linf_spread``).
+    >= ``thresholds.REACHED_COSINE`` to the solver's solution, every seed) and ``own_margin`` (margin ratio >=
+    ``thresholds.MAX_MARGIN``, every seed: the right test where the solution is a face, not a point, as
+    l-infinity's can be: ``maxmargin.linf_spread``).
     ``conditions``: inside the result's conditions or not (``conditions``); ``rate``: the own geometry's margin ratio
     gained per decade of steps over the last decade (the slope against log10 t; ``rate``)."""
     own = expected_geometry(rung, tr.rule, tr.parametrisation)
@@ -629,8 +642,8 @@ def summary(tr: Trajectory, rung: Rung) -> dict:
         row[f"ratio_{g}"] = float(tr.margin_ratio[g][:, -1].mean())
         row[f"ratio_{g}_min"] = float(tr.margin_ratio[g][:, -1].min())
         row[f"random_{g}"] = tr.random_level[g]
-    row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= 0.99)
-    row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= 0.99)
+    row["reached_own"] = None if own is None else bool(row[f"cos_{own}_min"] >= REACHED_COSINE)
+    row["own_margin"] = None if own is None else bool(row[f"ratio_{own}_min"] >= MAX_MARGIN)
     row["rate"] = None if own is None else rate(tr, own)
     return row
 

@@ -52,6 +52,7 @@ from .config import Config, ConfigError, check_length
 from .kernel import predicted_failure_length, target_margin
 from .pinning import measure_lengths
 from .train import THREADS_ENV, Trained, shape_key, train_runs
+from .uncertainty import standard_error
 
 GRID_KEYS = ("name", "description", "base", "product", "recipes", "variants", "seeds", "eval", "record", "quick")
 EXTRAS = ("kernel", "argmax", "pinning")
@@ -350,8 +351,7 @@ def stats(x: np.ndarray) -> dict:
     x = x[~np.isnan(x)]
     if not len(x):
         return dict(mean=np.nan, sem=np.nan, min=np.nan, max=np.nan, n=0)
-    sem = float(x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
-    return dict(mean=float(x.mean()), sem=sem, min=float(x.min()), max=float(x.max()), n=len(x))
+    return dict(mean=float(x.mean()), sem=float(standard_error(x)), min=float(x.min()), max=float(x.max()), n=len(x))
 
 
 def summary(df: pd.DataFrame, by: str | Sequence[str], value: str = "accuracy") -> pd.DataFrame:

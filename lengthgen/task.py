@@ -29,9 +29,14 @@ def sample_tokens(vocab: int, batch: int, length: int, gen: torch.Generator) -> 
     return torch.randint(vocab, (batch, length), generator=gen)
 
 
+def target_index(length: int, offset: int) -> int:
+    """The 0-indexed position of the target in a sequence of ``length`` tokens at offset K: L-1-K."""
+    return length - 1 - offset
+
+
 def targets(tokens: torch.Tensor, offset: int) -> torch.Tensor:
     """The token K back from the last position: tokens[..., L-1-K], shape tokens.shape[:-1]."""
-    return tokens[..., -1 - offset]
+    return tokens[..., target_index(tokens.shape[-1], offset)]
 
 
 def eval_tokens(c: Config, length: int, samples: int, seed: int = 0) -> torch.Tensor:

@@ -37,7 +37,7 @@ def notebook(*code: str) -> nbformat.NotebookNode:
 
 
 @pytest.fixture
-def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> book.Layout:
+def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> book.BookFolders:
     """A two-chapter book with two grid files, its own build folder and an empty results cache."""
     root = tmp_path / "root"
     (root / "book").mkdir(parents=True)
@@ -55,20 +55,20 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> book.Layout:
     monkeypatch.delenv("TINY_BOOK_FAIL", raising=False)
     # the package's own sources may change under a test (an editor saving): its digest is tested apart
     monkeypatch.setattr(book, "package_digest", lambda: "package")
-    return book.Layout(root=root, build=tmp_path / "_build", sweeps=sweeps)
+    return book.BookFolders(root=root, build=tmp_path / "_build", sweeps=sweeps)
 
 
-def build(layout: book.Layout, **kw) -> dict:
+def build(layout: book.BookFolders, **kw) -> dict:
     return book.build(layout, html=False, workers=0, **kw)
 
 
-def outputs(layout: book.Layout, name: str) -> str:
+def outputs(layout: book.BookFolders, name: str) -> str:
     nb = nbformat.read(layout.stage / "book" / f"{name}.ipynb", as_version=4)
     return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
 def test_sweeps_first_then_chapters_over_budget_reported_and_a_rebuild_does_nothing_twice(
-        tiny: book.Layout, capsys: pytest.CaptureFixture) -> None:
+        tiny: book.BookFolders, capsys: pytest.CaptureFixture) -> None:
     budgets = {"a": (1e-3, 1e-3), "b": (600, 600)}  # a is over any budget; b is not
     first = build(tiny, budgets=budgets)
     assert first["sweeps"]["grids"] == {"tiny": {"runs": 2, "computed": 2, "seconds": pytest.approx(
@@ -99,7 +99,7 @@ def test_sweeps_first_then_chapters_over_budget_reported_and_a_rebuild_does_noth
         {"runs": 1, "computed": 1, "seconds": quick["sweeps"]["grids"]["tiny"]["seconds"]}), "quick: the quick grids"
 
 
-def test_a_chapter_whose_grid_is_missing_says_how_to_fill_it(tiny: book.Layout,
+def test_a_chapter_whose_grid_is_missing_says_how_to_fill_it(tiny: book.BookFolders,
                                                              capsys: pytest.CaptureFixture) -> None:
     report = build(tiny, sweeps=False, only=["b"], budgets={"b": (1e-3, 1e-3)})
     assert report["sweeps"] is None and report["executed"] == ["b"] and not report["complete"]
@@ -111,7 +111,7 @@ def test_a_chapter_whose_grid_is_missing_says_how_to_fill_it(tiny: book.Layout,
         book.build(tiny, quick=True, only=["a"], sweeps=False)  # the HTML step refuses a book of mixed modes
 
 
-def test_a_failed_or_interrupted_build_resumes(tiny: book.Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_or_interrupted_build_resumes(tiny: book.BookFolders, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINY_BOOK_FAIL", "1")
     with pytest.raises(book.BuildError, match=r"chapter b failed .*AssertionError.*asked to fail") as failed:
         build(tiny)
@@ -145,7 +145,7 @@ def test_a_failed_or_interrupted_build_resumes(tiny: book.Layout, monkeypatch: p
     monkeypatch.undo()
 
 
-def test_cli_fills_the_sweeps_only_and_checks_its_arguments(tiny: book.Layout,
+def test_cli_fills_the_sweeps_only_and_checks_its_arguments(tiny: book.BookFolders,
                                                             capsys: pytest.CaptureFixture) -> None:
     book.main(["--sweeps-only", "--workers", "0"], layout=tiny)
     assert "3 of 3 runs missing" in capsys.readouterr().out
@@ -174,7 +174,7 @@ def test_chapter_key_follows_source_parameters_package_and_grids(tmp_path: Path,
     (root / "sweeps").mkdir(parents=True)
     nbformat.write(notebook("print(1)"), root / "a.ipynb")
     (root / "sweeps" / "g.json").write_text("{}")
-    layout = book.Layout(root=root, build=tmp_path / "_build", sweeps=root / "sweeps")
+    layout = book.BookFolders(root=root, build=tmp_path / "_build", sweeps=root / "sweeps")
     key = lambda quick=False: book.chapter_key(root / "a.ipynb", quick, layout)  # noqa: E731
     first = key()
     assert key() == first and key(quick=True) != first
@@ -190,7 +190,7 @@ def test_chapter_key_follows_source_parameters_package_and_grids(tmp_path: Path,
         assert key() == first
 
 
-def test_chapters_execute_side_by_side_with_the_same_outputs(tiny: book.Layout) -> None:
+def test_chapters_execute_side_by_side_with_the_same_outputs(tiny: book.BookFolders) -> None:
     serial = build(tiny)
     first = {name: outputs(tiny, name) for name in ("a", "b")}
     parallel = book.build(tiny, html=False, workers=2, force=True)
@@ -199,7 +199,7 @@ def test_chapters_execute_side_by_side_with_the_same_outputs(tiny: book.Layout) 
     assert set(json.loads(tiny.timings(quick=False).read_text())["chapters"]) == {"a", "b"}
 
 
-def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(tiny: book.Layout,
+def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(tiny: book.BookFolders,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TINY_BOOK_FAIL", "1")
     with pytest.raises(book.BuildError, match=r"chapter b failed in cell"):
@@ -208,7 +208,7 @@ def test_a_chapter_failing_beside_another_stops_the_build_and_keeps_the_other(ti
 
 
 def test_kernels_see_the_build_environment_and_the_building_process_gets_its_own_back(
-        tiny: book.Layout, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny: book.BookFolders, monkeypatch: pytest.MonkeyPatch) -> None:
     """Chapters executed side by side run with LENGTHGEN_BOOK_BUILD=1 (figures only where glued), and with
     LENGTHGEN_THREADS=1 and every thread pool at one thread (the other core runs the other chapter); afterwards
     the building process's environment is as it was (a test process that builds chapters must not draw its later

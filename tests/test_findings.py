@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lengthgen import findings, plots
+from lengthgen import findings, plots, thresholds
 
 
 def test_estimate_mean_and_standard_error():
@@ -16,9 +16,9 @@ def test_estimate_mean_and_standard_error():
 
 
 def test_one_seed_cells_say_there_is_no_spread():
-    found = findings.judge({"a": np.array([[0.99], [0.97]])}, findings.TRANSFER, above=True)
+    found = findings.judge({"a": np.array([[0.99], [0.97]])}, thresholds.MEAN_TRANSFER, above=True)
     assert found.cell("a") == "0.970 (1 seed: no spread): holds"
-    worst = findings.judge_all({"a": {"T=64": np.array([[0.99]])}}, findings.TRANSFER, above=True)
+    worst = findings.judge_all({"a": {"T=64": np.array([[0.99]])}}, thresholds.MEAN_TRANSFER, above=True)
     assert worst.cell("a") == "0.990 (1 seed, T=64: no spread): holds"
     with pytest.raises(ValueError, match="finite per-seed"):
         findings.estimate([np.nan, 1.0])
@@ -91,14 +91,14 @@ def test_headline_says_first_which_regimes_its_numbers_come_from(monkeypatch, ca
 def test_judge_decides_each_horizon_and_shows_the_farthest():
     values = {"first fit": np.array([[0.99, 0.98, 0.99], [0.90, 0.80, 0.85]]),  # passes near, fails far
               "small steps": np.array([[0.99, 0.99, 1.0], [0.97, 0.98, 0.99]])}
-    found = findings.judge(values, findings.TRANSFER, above=True)
+    found = findings.judge(values, thresholds.MEAN_TRANSFER, above=True)
     assert found.decisions == {"first fit": [True, False], "small steps": [True, True]}
     assert found.verdict == "holds in one regime (small steps)"
     np.testing.assert_array_equal(found.far["first fit"], values["first fit"][-1])
     e = findings.estimate(values["first fit"][-1])
     assert found.cell("first fit") == f"{e.text(3)}: bounded"
     assert found.cell("small steps", ".1e").endswith("(3 seeds): holds") and "e-01" in found.cell("small steps", ".1e")
-    one = findings.judge({"a": np.array([1e-12, 2e-12])}, findings.EXACT, above=False, unit="seed pair")
+    one = findings.judge({"a": np.array([1e-12, 2e-12])}, thresholds.EXACT, above=False, unit="seed pair")
     assert one.decisions == {"a": [True]} and one.cell("a", ".1e").startswith("1.5e-12 ± ")
     assert "(2 seed pairs): holds" in one.cell("a", ".1e")
 
@@ -106,7 +106,7 @@ def test_judge_decides_each_horizon_and_shows_the_farthest():
 def test_judge_all_needs_every_setting_and_shows_the_worst():
     good, bad = np.array([[0.99, 0.99, 1.0], [0.99, 0.98, 0.99]]), np.array([[0.99, 0.99, 0.99], [0.5, 0.6, 0.55]])
     found = findings.judge_all({"r": {"K=1": good, "T=64": bad}, "s": {"K=1": good, "T=64": good}},
-                               findings.TRANSFER, above=True)
+                               thresholds.MEAN_TRANSFER, above=True)
     assert found.decisions == {"r": [True, False], "s": [True, True]}
     np.testing.assert_array_equal(found.far["r"], bad[-1])
     assert found.unit == {"r": "seed, T=64", "s": "seed, K=1"}  # ties: the first setting

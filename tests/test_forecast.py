@@ -51,10 +51,10 @@ def test_the_growth_law_against_the_exact_kernel_rung() -> None:
     """Each rule's law for the in-window margin it reaches, against the rule trained on the exact kernel rung
     (float64, full batch, from a random start of norm 0.1): within 25% at every checkpoint past the first tenth
     of each run, and within 5% at the end for the sign-type and normalised steps."""
-    from lengthgen.selection import Recipe
+    from lengthgen.selection import RuleSettings
 
-    recipes = [Recipe("gd", 1.0, 500), Recipe("ngd", 0.3, 300), Recipe("sign", 0.05, 300), Recipe("adam", 0.05, 500),
-               Recipe("adam", 0.05, 300, betas=(0.9, 0.9), eps=1e-300)]
+    recipes = [RuleSettings("gd", 1.0, 500), RuleSettings("ngd", 0.3, 300), RuleSettings("sign", 0.05, 300), RuleSettings("adam", 0.05, 500),
+               RuleSettings("adam", 0.05, 300, betas=(0.9, 0.9), eps=1e-300)]
     rows = fc.growth_check(dict(offset=2, train_length=16, dim=16, rope_base=100.0), recipes, seeds=(0, 1),
                            checkpoints=6)
     worst = {r["label"]: r["worst"] for r in rows}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from lengthgen import Config, ConfigError, train
-from lengthgen.encodings import rope_rotate
+from lengthgen.encodings import ENCODINGS, TRAITS, rope_rotate
 from lengthgen.kernel import (
     aliased_peaks,
     carrier_kernel,
@@ -64,6 +64,16 @@ def test_kernel_matches_the_mean_logit_on_random_samples(rope) -> None:
     mean, sem = scores.mean(1), scores.std(1) / math.sqrt(scores.shape[1])
     kernel = carrier_kernel(rope.model, torch.arange(-(L - 1), 0))
     assert ((kernel - mean).abs() < 5 * sem + 1e-6).all()
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_translation_invariant_trait_says_whether_the_kernel_depends_on_the_length(encoding: str) -> None:
+    """encodings.TRAITS: a translation-invariant encoding has one kernel for every length; the others do not."""
+    model = Model(Config(encoding=encoding, vocab=5, dim=8, train_length=12, max_length=64), seeds=[3]).double()
+    deltas = -torch.arange(20)
+    same = torch.allclose(carrier_kernel(model, deltas, length=20), carrier_kernel(model, deltas, length=50),
+                          atol=1e-12, rtol=0)
+    assert same == TRAITS[encoding].translation_invariant
 
 
 def test_rope_kernel_is_the_same_at_every_length(rope) -> None:

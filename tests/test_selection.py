@@ -376,7 +376,7 @@ def test_adams_reading_follows_its_anatomy(short_ladder) -> None:
 
 
 def test_adam_table_reads_every_decade(kernel: sel.Rung) -> None:
-    recipes = [sel.Recipe("adam", 0.01, 1000, eps=0.0, power=0.5), sel.Recipe("adam", 0.01, 1000)]
+    recipes = [sel.RuleSettings("adam", 0.01, 1000, eps=0.0, power=0.5), sel.RuleSettings("adam", 0.01, 1000)]
     runs = sel.adam_runs(kernel, recipes, seeds=(0,))
     assert sel.decades(runs[0].steps) == [100, 1000]
     header, table = sel.adam_table_header(runs[0].steps), sel.adam_table(runs)

@@ -23,8 +23,10 @@ import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 from plotly.utils import PlotlyJSONEncoder
 
-COLORS = {"rope": "#1f77b4", "ape": "#d62728", "sinusoidal": "#2ca02c", "nope": "#7f7f7f", "alibi": "#9467bd"}
-LABELS = {"rope": "RoPE", "ape": "APE (learned)", "sinusoidal": "sinusoidal", "nope": "NoPE", "alibi": "ALiBi"}
+from ..encodings import TRAITS
+
+COLORS = {name: t.color for name, t in TRAITS.items()}  # each encoding's colour, as encodings.TRAITS sets it
+LABELS = {name: t.label for name, t in TRAITS.items()}  # each encoding's display name, as encodings.TRAITS sets it
 CHANCE_STYLE = dict(color="black", dash="dot", width=1)
 DASHES = ("solid", "dash", "dashdot", "longdash")  # variants of one encoding
 HEIGHT = 440  # pixels: every figure's height unless it sets its own
