@@ -27,13 +27,11 @@ direction converges to on separable problems (see ``maxmargin.py``).
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
 from numba import njit
-
-from . import fused
 
 RULES = ("adam", "gd", "ngd", "sign", "signum")
 GEOMETRY = {"gd": "l2", "ngd": "l2", "sign": "linf", "signum": "linf", "adam": "linf"}
@@ -46,8 +44,9 @@ class Optimizer:
     (b1, b2) (``signum`` uses b1 as its momentum); ``eps``: Adam's epsilon (>= 0); ``power``: the step size's decay
     exponent a in [0, 1] (0: constant; see the module docstring). ``t`` counts the steps
     every member has taken (members that stop leave the buffer through ``keep``). ``compiled``: Adam on the
-    CPU takes one compiled pass (``fused.adam_step``, the same update as ``direction``, other rounding) when
-    eps > 0; with eps = 0 it takes ``direction``, which guards 0 / 0.
+    CPU takes one compiled pass (``adam_step``, the same update as ``direction``, other rounding) when
+    eps > 0; with eps = 0 it takes ``direction``, which guards 0 / 0. Every update, on either path, takes its step
+    sizes from ``current_lr``.
     """
 
     def __init__(self, rule: str, params: torch.Tensor, lr: Sequence[float], decay: torch.Tensor | None = None,
@@ -63,7 +62,7 @@ class Optimizer:
             raise ValueError(f"need eps >= 0 (got {eps}) and a step-size decay power in [0, 1] (got {power})")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
         self.compiled, self.power = compiled and eps > 0, power
-        self._arrays: tuple | None = None  # numpy views of the state for the compiled pass, until ``keep``
+        self._arrays: tuple[np.ndarray, AdamArrays] | None = None  # numpy views for the compiled pass, until ``keep``
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
@@ -81,17 +80,22 @@ class Optimizer:
             self.v = self.v.index_select(0, rows)
         self._arrays = None
 
-    def arrays(self) -> tuple:
-        """Numpy views of Adam's state on the CPU for the compiled pass: params, m, v (S, P), lr (S, 1), decay
-        (S, P) or (0, 0) for none (made once until ``keep``)."""
+    def adam_arrays(self) -> tuple[np.ndarray, AdamArrays]:
+        """Numpy views, on the CPU, of the parameters (S, P) and of Adam's state for the compiled pass
+        (``adam_step``), its step sizes those of the next update (``current_lr`` at t + 1). The views are made once
+        until ``keep``."""
         if self._arrays is None:
             decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
-            self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
-        return self._arrays
+            params, m, v, decay = (t.detach().numpy() for t in (self.params, self.m, self.v, decay))
+            self._arrays = params, AdamArrays(m, v, self.lr.numpy(), decay, *self.betas, self.eps)
+        params, state = self._arrays
+        return params, state._replace(lr=self.current_lr(self.t + 1).numpy())
 
-    def current_lr(self) -> torch.Tensor:
-        """(S, 1) the step sizes of the update numbered ``t``: lr, or lr (t + 1)^-power."""
-        return self.lr if self.power == 0 else self.lr * (self.t + 1) ** -self.power
+    def current_lr(self, t: int | None = None) -> torch.Tensor:
+        """(S, 1) the step sizes of the update numbered ``t`` (default: ``self.t``, the last one taken): lr, or
+        lr (t + 1)^-power. The one place a step size is made."""
+        t = self.t if t is None else t
+        return self.lr if self.power == 0 else self.lr * (t + 1) ** -self.power
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -126,16 +130,58 @@ class Optimizer:
     def step(self, grad: torch.Tensor) -> None:
         """One update of every member from ``grad`` (S, P), which it may overwrite (no autograd either way)."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
+            params, state = self.adam_arrays()
             self.t += 1
-            p, m, v, lr, decay = self.arrays()
-            lr = lr if self.power == 0 else self.current_lr().numpy()
-            fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
+            adam_step(params, grad.detach().numpy(), state, self.t)
             return
         with torch.no_grad():
             update = self.direction(grad)
             if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
                 update = update.addcmul(self.params, self.decay)
             self.params.sub_(update.mul_(self.current_lr()))
+
+
+class AdamArrays(NamedTuple):
+    """Adam's state as the compiled update reads it (``adam_step``; ``Optimizer.adam_arrays``), numpy arrays in the
+    parameters' dtype."""
+
+    m: np.ndarray  # (S, P) the first moment
+    v: np.ndarray  # (S, P) the second moment
+    lr: np.ndarray  # (S, 1) the members' step sizes of the update
+    decay: np.ndarray  # (S, P) weight decay per entry, or (0, 0) for none
+    b1: float
+    b2: float
+    eps: float
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract", "arcp"}, nogil=True)
+def adam_step(params, grad, adam, t):
+    """The t-th AdamW update (t >= 1) in place, compiled: ``Optimizer.direction``'s Adam with its decoupled decay,
+    in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected step), in the parameters' dtype
+    (tests/test_optim.py checks both against torch). params, grad (S, P); adam: ``AdamArrays`` (m, v updated).
+
+        p <- p - lr wd p
+        m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
+        p <- p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+    b1, b2, lr, decay = adam.b1, adam.b2, adam.lr, adam.decay
+    c = np.array([b1, 1 - b1, b2, 1 - b2, 1 / math.sqrt(1 - b2**t), adam.eps]).astype(params.dtype)
+    beta1, rest1, beta2, rest2, root2, eps_ = c[0], c[1], c[2], c[3], c[4], c[5]
+    for s in range(params.shape[0]):
+        rates = np.array([lr[s, 0], lr[s, 0] / (1 - b1**t)]).astype(params.dtype)
+        rate, step = rates[0], rates[1]
+        p, g, ms, vs = params[s], grad[s], adam.m[s], adam.v[s]
+        if decay.shape[0] > 0:
+            wd = decay[s]
+            for k in range(p.shape[0]):
+                p[k] -= rate * wd[k] * p[k]
+        for k in range(p.shape[0]):
+            gk = g[k]
+            mk = ms[k] * beta1 + rest1 * gk
+            vk = vs[k] * beta2 + rest2 * (gk * gk)
+            ms[k] = mk
+            vs[k] = vk
+            p[k] -= step * mk / (np.sqrt(vk) * root2 + eps_)
 
 
 @njit(cache=True)
