@@ -278,8 +278,8 @@ class TableStep(Layout):
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)
-            engine_stretch.train_steps(k, p[rows], xs, offsets[rows], setup, mine, opt.t + done,
-                                       engine_stretch.History(ll, cc))
+            engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup, adam=mine,
+                                       t0=opt.t + done, history=engine_stretch.History(ll, cc))
             loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
