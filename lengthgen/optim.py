@@ -184,13 +184,25 @@ def adam_step(params, grad, adam, t):
             p[k] -= step * mk / (np.sqrt(vk) * root2 + eps_)
 
 
+class RuleArrays(NamedTuple):
+    """A rule's state and settings as ``update_in_place`` reads them, float64."""
+
+    m: np.ndarray  # (S, P) the first moment (adam, signum)
+    v: np.ndarray  # (S, P) the second moment (adam)
+    lr: np.ndarray  # (S,) the members' step sizes of the update
+    b1: float
+    b2: float
+    eps: float
+
+
 @njit(cache=True)
-def update_in_place(code: int, params: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, lr: np.ndarray,
-                    b1: float, b2: float, eps: float, t: int) -> None:
+def update_in_place(code: int, params: np.ndarray, grad: np.ndarray, rule: RuleArrays, t: int) -> None:
     """The t-th update (t >= 1) of rule ``RULES[code]`` without weight decay, compiled: ``Optimizer.step``'s update
-    (the same formulas, other rounding) for loops of many tiny steps that must not pay Python's cost per step
-    (``selection.run``). params, grad, m, v: (S, P) float64 (m, v unused by gd, ngd, sign; v by signum); lr: (S,)
-    this update's step sizes. Adam with eps = 0 leaves an entry whose v is 0 where it is, as ``direction`` does."""
+    (the same formulas, other rounding; tests/test_optim.py checks it against the hand computation) for loops of many
+    tiny steps that must not pay Python's cost per step (``selection.run``). params, grad: (S, P) float64; rule:
+    ``RuleArrays`` (m, v updated; m unused by gd, ngd, sign, v by all but adam). Adam with eps = 0 leaves an entry
+    whose v is 0 where it is, as ``direction`` does."""
+    m, v, lr, b1, b2, eps = rule.m, rule.v, rule.lr, rule.b1, rule.b2, rule.eps
     S, P = params.shape
     c1, c2 = 1.0 / (1.0 - b1**t), 1.0 / math.sqrt(1.0 - b2**t)
     for s in range(S):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen.optim import RULES, Optimizer, update_in_place
+from lengthgen.optim import RULES, Optimizer, RuleArrays, update_in_place
 from lengthgen.task import generator
 
 LR = [0.1, 0.03, 0.2]  # one step size per member
@@ -186,7 +186,7 @@ def test_the_compiled_update_of_every_rule_matches_a_hand_computation(rule: str,
     params, m, v = p0.numpy().copy(), np.zeros((3, 7)), np.zeros((3, 7))
     for t, g in enumerate(grads, start=1):
         rate = schedule.current_lr(t)[:, 0].numpy()
-        update_in_place(RULES.index(rule), params, g.numpy().copy(), m, v, rate, B1, B2, eps, t)
+        update_in_place(RULES.index(rule), params, g.numpy().copy(), RuleArrays(m, v, rate, B1, B2, eps), t)
     want = by_hand(rule, p0.numpy(), [g.numpy() for g in grads], np.zeros((3, 7)), power=0.7, eps=eps)
     assert np.allclose(params, want, rtol=1e-12, atol=1e-14)
     assert np.array_equal(params[:, 0], p0.numpy()[:, 0])  # its gradient is always 0: it stays (no 0 / 0)
