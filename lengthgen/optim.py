@@ -95,7 +95,7 @@ class Optimizer:
         """(S, 1) the step sizes of the update numbered ``t`` (default: ``self.t``, the last one taken): lr, or
         lr (t + 1)^-power. The one place a step size is made."""
         t = self.t if t is None else t
-        return self.lr if self.power == 0 else self.lr * (t + 1) ** -self.power
+        return self.lr if self.power == 0 else self.lr * schedule(t, self.power)
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -139,6 +139,14 @@ class Optimizer:
             if self.decay is not None:  # decoupled: p <- p - lr (direction + wd p)
                 update = update.addcmul(self.params, self.decay)
             self.params.sub_(update.mul_(self.current_lr()))
+
+
+@njit(cache=True)
+def schedule(t: int, power: float) -> float:
+    """(t + 1)^-power: the factor of the t-th update's step size (t >= 1; Zhang, Zou & Cao's eta_0 (s + 2)^-a with
+    s = t - 1), the one formula of a decaying step, for ``Optimizer.current_lr`` and the compiled loops of
+    ``selection`` (the same libm pow either way: the same bits)."""
+    return (t + 1.0) ** -power
 
 
 class AdamArrays(NamedTuple):
