@@ -22,6 +22,12 @@ with eta_0 = lr. Adam with ``eps`` = 0, as that theorem neglects eps, leaves a c
 exactly 0 where it is (its first moment is 0 too: every gradient it has seen was 0) instead of dividing 0 by 0.
 The geometry column is what the implicit-bias results of ``book/bibliography.md`` say each rule's
 direction converges to on separable problems (see ``maxmargin.py``).
+
+Every rule lives here, in torch operations (``Optimizer.direction``) and compiled for the CPU: ``adam_step``, Adam
+with its decay in one pass (``Optimizer.step`` and the engine's stretches, ``engine.stretch``), and
+``update_in_place``, every rule without decay (``selection``'s loops). The compiled forms round differently, so
+each is tested against the torch path or the hand computation (tests/test_optim.py); every step size comes from
+``schedule`` through ``Optimizer.current_lr`` (``selection`` calls ``schedule`` itself, compiled).
 """
 
 from __future__ import annotations
