@@ -89,13 +89,13 @@ class Optimizer:
     def adam_arrays(self) -> tuple[np.ndarray, AdamArrays]:
         """Numpy views, on the CPU, of the parameters (S, P) and of Adam's state for the compiled pass
         (``adam_step``), its step sizes those of the next update (``current_lr`` at t + 1). The views are made once
-        until ``keep``."""
+        until ``keep`` (the step sizes too when they are constant: a view of ``lr``)."""
         if self._arrays is None:
             decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
             params, m, v, decay = (t.detach().numpy() for t in (self.params, self.m, self.v, decay))
-            self._arrays = params, AdamArrays(m, v, self.lr.numpy(), decay, *self.betas, self.eps)
+            self._arrays = params, AdamArrays(m, v, self.current_lr(self.t + 1).numpy(), decay, *self.betas, self.eps)
         params, state = self._arrays
-        return params, state._replace(lr=self.current_lr(self.t + 1).numpy())
+        return params, state if self.power == 0 else state._replace(lr=self.current_lr(self.t + 1).numpy())
 
     def current_lr(self, t: int | None = None) -> torch.Tensor:
         """(S, 1) the step sizes of the update numbered ``t`` (default: ``self.t``, the last one taken): lr, or
