@@ -4,7 +4,7 @@
 Times each part of a step of the one-layer table model in process CPU seconds (a busy machine moves them
 far less than wall seconds), as medians of ``--repeats`` blocks of ``--steps`` calls, one thread, on the
 small-step recipe's model by default: the token draw, the gradient call as training makes it on the CPU
-(one compiled call, ``fused.table_step``), the same gradient by the torch operations (``TableStep.forward``,
+(one compiled call, ``engine.step.table_step``), the same gradient by the torch operations (``TableStep.forward``,
 the loss and its gradient, the count of correct predictions, ``TableStep.backward``: the path a GPU or an MLP
 takes), the optimiser, and the whole step; then the number of operations the torch path dispatches (torch
 profiler, top-level operations only) and the most frequent ones.
@@ -68,7 +68,7 @@ def profile_step(c: Config, calls: int, repeats: int, members: int = 1) -> dict:
 
     parts = {
         "token draw": lambda: stream.next(),
-        "gradient call (compiled: fused.table_step)": lambda: step(buf, x, target),
+        "gradient call (compiled: engine.step.table_step)": lambda: step(buf, x, target),
         "torch path: forward": lambda: step.forward(buf, x),
         "torch path: loss and its gradient": lambda: log_likelihood_gradient(logits, target),
         "torch path: correct predictions": lambda: (logits.max(-1, keepdim=True).indices == target).sum((1, 2)),

@@ -22,18 +22,22 @@ with eta_0 = lr. Adam with ``eps`` = 0, as that theorem neglects eps, leaves a c
 exactly 0 where it is (its first moment is 0 too: every gradient it has seen was 0) instead of dividing 0 by 0.
 The geometry column is what the implicit-bias results of ``book/bibliography.md`` say each rule's
 direction converges to on separable problems (see ``maxmargin.py``).
+
+Every rule lives here, in torch operations (``Optimizer.direction``) and compiled for the CPU: ``adam_step``, Adam
+with its decay in one pass (``Optimizer.step`` and the engine's stretches, ``engine.stretch``), and
+``update_in_place``, every rule without decay (``selection``'s loops). The compiled forms round differently, so
+each is tested against the torch path or the hand computation (tests/test_optim.py); every step size comes from
+``schedule`` through ``Optimizer.current_lr`` (``selection`` calls ``schedule`` itself, compiled).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import torch
 from numba import njit
-
-from . import fused
 
 RULES = ("adam", "gd", "ngd", "sign", "signum")
 GEOMETRY = {"gd": "l2", "ngd": "l2", "sign": "linf", "signum": "linf", "adam": "linf"}
@@ -46,8 +50,9 @@ class Optimizer:
     (b1, b2) (``signum`` uses b1 as its momentum); ``eps``: Adam's epsilon (>= 0); ``power``: the step size's decay
     exponent a in [0, 1] (0: constant; see the module docstring). ``t`` counts the steps
     every member has taken (members that stop leave the buffer through ``keep``). ``compiled``: Adam on the
-    CPU takes one compiled pass (``fused.adam_step``, the same update as ``direction``, other rounding) when
-    eps > 0; with eps = 0 it takes ``direction``, which guards 0 / 0.
+    CPU takes one compiled pass (``adam_step``, the same update as ``direction``, other rounding) when
+    eps > 0; with eps = 0 it takes ``direction``, which guards 0 / 0. Every update, on either path, takes its step
+    sizes from ``current_lr``.
     """
 
     def __init__(self, rule: str, params: torch.Tensor, lr: Sequence[float], decay: torch.Tensor | None = None,
@@ -63,7 +68,7 @@ class Optimizer:
             raise ValueError(f"need eps >= 0 (got {eps}) and a step-size decay power in [0, 1] (got {power})")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
         self.compiled, self.power = compiled and eps > 0, power
-        self._arrays: tuple | None = None  # numpy views of the state for the compiled pass, until ``keep``
+        self._arrays: tuple[np.ndarray, AdamArrays] | None = None  # numpy views for the compiled pass, until ``keep``
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
@@ -81,17 +86,22 @@ class Optimizer:
             self.v = self.v.index_select(0, rows)
         self._arrays = None
 
-    def arrays(self) -> tuple:
-        """Numpy views of Adam's state on the CPU for the compiled pass: params, m, v (S, P), lr (S, 1), decay
-        (S, P) or (0, 0) for none (made once until ``keep``)."""
+    def adam_arrays(self) -> tuple[np.ndarray, AdamArrays]:
+        """Numpy views, on the CPU, of the parameters (S, P) and of Adam's state for the compiled pass
+        (``adam_step``), its step sizes those of the next update (``current_lr`` at t + 1). The views are made once
+        until ``keep`` (the step sizes too when they are constant: a view of ``lr``)."""
         if self._arrays is None:
             decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
-            self._arrays = tuple(t.detach().numpy() for t in (self.params, self.m, self.v, self.lr, decay))
-        return self._arrays
+            params, m, v, decay = (t.detach().numpy() for t in (self.params, self.m, self.v, decay))
+            self._arrays = params, AdamArrays(m, v, self.current_lr(self.t + 1).numpy(), decay, *self.betas, self.eps)
+        params, state = self._arrays
+        return params, state if self.power == 0 else state._replace(lr=self.current_lr(self.t + 1).numpy())
 
-    def current_lr(self) -> torch.Tensor:
-        """(S, 1) the step sizes of the update numbered ``t``: lr, or lr (t + 1)^-power."""
-        return self.lr if self.power == 0 else self.lr * (self.t + 1) ** -self.power
+    def current_lr(self, t: int | None = None) -> torch.Tensor:
+        """(S, 1) the step sizes of the update numbered ``t`` (default: ``self.t``, the last one taken): lr, or
+        lr (t + 1)^-power. The one place a step size is made."""
+        t = self.t if t is None else t
+        return self.lr if self.power == 0 else self.lr * schedule(t, self.power)
 
     def adam_denominator(self) -> torch.Tensor:
         """(S, P) sqrt(v_hat), Adam's per-entry scale before eps is added (to compare with eps)."""
@@ -126,10 +136,9 @@ class Optimizer:
     def step(self, grad: torch.Tensor) -> None:
         """One update of every member from ``grad`` (S, P), which it may overwrite (no autograd either way)."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
+            params, state = self.adam_arrays()
             self.t += 1
-            p, m, v, lr, decay = self.arrays()
-            lr = lr if self.power == 0 else self.current_lr().numpy()
-            fused.adam_step(p, grad.detach().numpy(), m, v, lr, decay, *self.betas, self.eps, self.t)
+            adam_step(params, grad.detach().numpy(), state, self.t)
             return
         with torch.no_grad():
             update = self.direction(grad)
@@ -139,12 +148,75 @@ class Optimizer:
 
 
 @njit(cache=True)
-def update_in_place(code: int, params: np.ndarray, grad: np.ndarray, m: np.ndarray, v: np.ndarray, lr: np.ndarray,
-                    b1: float, b2: float, eps: float, t: int) -> None:
+def schedule(t: int, power: float) -> float:
+    """(t + 1)^-power: the factor of the t-th update's step size (t >= 1; Zhang, Zou & Cao's eta_0 (s + 2)^-a with
+    s = t - 1), the one formula of a decaying step, for ``Optimizer.current_lr`` and the compiled loops of
+    ``selection`` (the same libm pow either way: the same bits)."""
+    return (t + 1.0) ** -power
+
+
+class AdamArrays(NamedTuple):
+    """Adam's state as the compiled update reads it (``adam_step``; ``Optimizer.adam_arrays``), numpy arrays in the
+    parameters' dtype."""
+
+    m: np.ndarray  # (S, P) the first moment
+    v: np.ndarray  # (S, P) the second moment
+    lr: np.ndarray  # (S, 1) the members' step sizes of the update
+    decay: np.ndarray  # (S, P) weight decay per entry, or (0, 0) for none
+    b1: float
+    b2: float
+    eps: float
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract", "arcp"}, nogil=True)
+def adam_step(params, grad, adam, t):
+    """The t-th AdamW update (t >= 1) in place, compiled: ``Optimizer.direction``'s Adam with its decoupled decay,
+    in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected step), in the parameters' dtype
+    (tests/test_optim.py checks both against torch). params, grad (S, P); adam: ``AdamArrays`` (m, v updated).
+
+        p <- p - lr wd p
+        m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
+        p <- p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+    b1, b2, lr, decay = adam.b1, adam.b2, adam.lr, adam.decay
+    c = np.array([b1, 1 - b1, b2, 1 - b2, 1 / math.sqrt(1 - b2**t), adam.eps]).astype(params.dtype)
+    beta1, rest1, beta2, rest2, root2, eps_ = c[0], c[1], c[2], c[3], c[4], c[5]
+    for s in range(params.shape[0]):
+        rates = np.array([lr[s, 0], lr[s, 0] / (1 - b1**t)]).astype(params.dtype)
+        rate, step = rates[0], rates[1]
+        p, g, ms, vs = params[s], grad[s], adam.m[s], adam.v[s]
+        if decay.shape[0] > 0:
+            wd = decay[s]
+            for k in range(p.shape[0]):
+                p[k] -= rate * wd[k] * p[k]
+        for k in range(p.shape[0]):
+            gk = g[k]
+            mk = ms[k] * beta1 + rest1 * gk
+            vk = vs[k] * beta2 + rest2 * (gk * gk)
+            ms[k] = mk
+            vs[k] = vk
+            p[k] -= step * mk / (np.sqrt(vk) * root2 + eps_)
+
+
+class RuleArrays(NamedTuple):
+    """A rule's state and settings as ``update_in_place`` reads them, float64."""
+
+    m: np.ndarray  # (S, P) the first moment (adam, signum)
+    v: np.ndarray  # (S, P) the second moment (adam)
+    lr: np.ndarray  # (S,) the members' step sizes of the update
+    b1: float
+    b2: float
+    eps: float
+
+
+@njit(cache=True)
+def update_in_place(code: int, params: np.ndarray, grad: np.ndarray, rule: RuleArrays, t: int) -> None:
     """The t-th update (t >= 1) of rule ``RULES[code]`` without weight decay, compiled: ``Optimizer.step``'s update
-    (the same formulas, other rounding) for loops of many tiny steps that must not pay Python's cost per step
-    (``selection.run``). params, grad, m, v: (S, P) float64 (m, v unused by gd, ngd, sign; v by signum); lr: (S,)
-    this update's step sizes. Adam with eps = 0 leaves an entry whose v is 0 where it is, as ``direction`` does."""
+    (the same formulas, other rounding; tests/test_optim.py checks it against the hand computation) for loops of many
+    tiny steps that must not pay Python's cost per step (``selection.run``). params, grad: (S, P) float64; rule:
+    ``RuleArrays`` (m, v updated; m unused by gd, ngd, sign, v by all but adam). Adam with eps = 0 leaves an entry
+    whose v is 0 where it is, as ``direction`` does."""
+    m, v, lr, b1, b2, eps = rule.m, rule.v, rule.lr, rule.b1, rule.b2, rule.eps
     S, P = params.shape
     c1, c2 = 1.0 / (1.0 - b1**t), 1.0 / math.sqrt(1.0 - b2**t)
     for s in range(S):

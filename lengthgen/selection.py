@@ -50,7 +50,7 @@ from tqdm.auto import tqdm
 from .config import ConfigError
 from .encodings import rope_frequencies
 from .maxmargin import NORMS, cosine, features, hard_margin, kernel_constraints, norm_of
-from .optim import GEOMETRY, RULES, Optimizer, update_in_place
+from .optim import GEOMETRY, RULES, Optimizer, RuleArrays, schedule, update_in_place
 from .task import generator, sample_tokens, target_index
 from .thresholds import MAX_MARGIN, REACHED_COSINE
 from .train import cpu_threads
@@ -273,8 +273,8 @@ def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target
                             grad[s, a * d + h + j] += gre * ki + gim * kr
                             grad[s, V * d + b * d + j] += gre * qr + gim * qi
                             grad[s, V * d + b * d + h + j] += gre * qi - gim * qr
-            rate[s] = lr[s] * (t + 1.0) ** -power
-        update_in_place(code, params, grad, m, v, rate, b1, b2, eps, t)
+            rate[s] = lr[s] * schedule(t, power)
+        update_in_place(code, params, grad, RuleArrays(m, v, rate, b1, b2, eps), t)
 
 
 def kernel_rung(offset: int, train_length: int, dim: int, rope_base: float = 10000.0) -> Rung:

@@ -31,9 +31,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from . import fused
+from . import draws
 from .config import Config, usable_cores
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
+from .engine import step as engine_step
+from .engine import stretch as engine_stretch
+from .engine.numerics import exp_constants
 from .model import Layout, Model, Output, log_likelihood_gradient
 from .optim import Optimizer
 from .task import TrainStream
@@ -150,8 +153,8 @@ class TableStep(Layout):
         self._index = torch.empty(0)
         self._views_of: torch.Tensor | None = None  # the buffer _views belong to
         self._views_length, self._views = 0, {}
-        self._compiled_key: tuple | None = None  # the (L, B, dtype) of _compiled_args' arguments
-        self._compiled: tuple = ()
+        self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
+        self._compiled: engine_step.StepSetup | None = None
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -189,7 +192,7 @@ class TableStep(Layout):
 
     @property
     def compiled(self) -> bool:
-        """Whether a step on the CPU runs as one compiled call (``fused.table_step``: no MLP)."""
+        """Whether a step on the CPU runs as one compiled call (``engine.step.table_step``: no MLP)."""
         return not self.c.mlp
 
     def __call__(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
@@ -197,7 +200,7 @@ class TableStep(Layout):
         """The training loop's gradient function: tokens x (S, B, L) and targets (S, B, 1), int64, ->
         (mean log-likelihood of the targets (S,), correct predictions (S,) int64, gradient of the mean
         cross-entropy (S, P) in the buffer's layout). Uses no autograd. On the CPU, a model without an MLP
-        takes the compiled step (``fused.table_step``: the same numbers up to float rounding), else the
+        takes the compiled step (``engine.step.table_step``: the same numbers up to float rounding), else the
         torch operations of ``forward`` and ``backward``."""
         if self.compiled and buf.device.type == "cpu":
             return self._compiled_step(buf, x, target)
@@ -206,80 +209,82 @@ class TableStep(Layout):
         correct = (logits.max(-1, keepdim=True).indices == target).sum((1, 2))  # the first maximum, as argmax
         return loglik, correct, self.backward(saved, g)
 
-    def _compiled_args(self, L: int, B: int, dtype: torch.dtype) -> tuple:
-        """The arguments of ``fused.table_step`` after the tokens and targets, for length L
-        and batch B: the table's case, its constants, scratch space (made once per length and batch)."""
-        key = (L, B, dtype)
+    def _compiled_setup(self, L: int, dtype: torch.dtype) -> engine_step.StepSetup:
+        """What ``engine.step.table_step`` needs besides the parameters and the batch, for length L: the table's
+        case and its constants (made once per length and dtype)."""
+        key = (L, dtype)
         if self._compiled_key != key:
             const = table_constants(self.enc, self.d, L, dtype, torch.device("cpu"))
-            kind = (fused.ROTATE if self.rotates else fused.ROWS if self.learned or self.fixed_rows
-                    else fused.NONE if const.bias is None else fused.BIAS)
+            kind = (engine_step.ROTATE if self.rotates else engine_step.ROWS if self.learned or self.fixed_rows
+                    else engine_step.NONE if const.bias is None else engine_step.BIAS)
             np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
             none2 = np.zeros((1, 1), np_dtype)
-            trig = none2 if const.trig is None else (const.trig * (1.0 / math.sqrt(self.d))).numpy()
-            rows = none2 if const.rows is None else const.rows[0].numpy()
-            bias = np.zeros(1, np_dtype) if const.bias is None else const.bias.numpy()
-            bits = np.empty(B * max(L, self.V), np.int32 if np_dtype == np.float32 else np.int64)
             self._compiled_key = key
-            self._compiled = (kind, self.fixed_rows, self.c.residual, self.V, self.d, self.blocks["EP"][1][0], trig,
-                              rows, bias, fused.exp_constants(np_dtype), bits)
+            self._compiled = engine_step.StepSetup(
+                kind=kind, fixed=self.fixed_rows, residual=self.c.residual, V=self.V, d=self.d,
+                n_ep=self.blocks["EP"][1][0],
+                trig=none2 if const.trig is None else (const.trig * (1.0 / math.sqrt(self.d))).numpy(),
+                rows=none2 if const.rows is None else const.rows[0].numpy(),
+                bias=np.zeros(1, np_dtype) if const.bias is None else const.bias.numpy(),
+                ec=exp_constants(np_dtype))
         return self._compiled
 
     def _compiled_step(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``__call__`` as one call of ``fused.table_step`` (CPU, no MLP)."""
+        """``__call__`` as one call of ``engine.step.table_step`` (CPU, no MLP)."""
         S, B, L = x.shape
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
-        fused.table_step(buf.numpy(), np.ascontiguousarray(x.numpy()), np.ascontiguousarray(target.numpy()[..., 0]),
-                         *self._compiled_args(L, B, buf.dtype),
-                         loglik.numpy(), correct.numpy(), grad.numpy())
+        engine_step.table_step(buf.numpy(), np.ascontiguousarray(x.numpy()),
+                               np.ascontiguousarray(target.numpy()[..., 0]), self._compiled_setup(L, buf.dtype),
+                               engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()))
         return loglik, correct, grad
 
     def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:
         """Whether ``run`` can take this training's steps: the compiled step (CPU, no MLP) and Adam's compiled
-        update on the CPU, one training length, and draws from torch's CPU generators (``fused.mt_state``)."""
+        update on the CPU with a constant step size, one training length, and draws from torch's CPU generators
+        (``draws.mt_state``)."""
         lo, hi = stream.c.lengths
         return (self.compiled and opt.params.device.type == "cpu" and opt.rule == "adam" and opt.compiled
-                and lo == hi and all(fused.mt_state(g) is not None for g in stream.gens))
+                and opt.power == 0 and lo == hi and all(draws.mt_state(g) is not None for g in stream.gens))
 
     def run(self, opt: Optimizer, stream: TrainStream, members: np.ndarray, offsets: np.ndarray, n: int,
             threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` training steps of the stream's ``members`` (the buffer's rows, in order; ``offsets`` theirs) by
-        ``fused.train_steps`` (where ``runs_ahead``): each step the batch ``stream.next`` would give, the gradient
-        of ``__call__`` and ``opt.step``'s update. The same numbers as n such steps, and the stream's generators
-        and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (n, S) and correct predictions
+        ``engine.stretch.train_steps`` (where ``runs_ahead``): each step the batch ``stream.next`` would give, the
+        gradient of ``__call__`` and ``opt.step``'s update. The same numbers as n such steps, and the stream's
+        generators and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (n, S) and correct predictions
         (n, S) int64.
 
         With ``threads`` > 1 and at least ``THREADED_STEPS`` steps, the work goes on threads (the compiled loops
         hold no GIL; one hand-off per call or block, never per step), in one of two ways. Members never interact:
         several members are cut into groups of consecutive rows, each trained through all n steps on its own
         thread. One member's batches are drawn ahead on a second thread, a block of steps at a time
-        (``fused.draw_steps``), while it trains on the block before. Either way each member's numbers are the
+        (``draws.draw_steps``), while it trains on the block before. Either way each member's numbers are the
         ones it gets alone, on one thread."""
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
-        p, m, v, lr, decay = opt.arrays()
-        args = self._compiled_args(L, B, opt.params.dtype)
+        p, adam = opt.adam_arrays()
+        setup = self._compiled_setup(L, opt.params.dtype)
         offsets = np.ascontiguousarray(offsets, np.int64)
         loglik, correct = np.empty((n, S), p.dtype), np.empty((n, S), np.int64)
         fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
-        states = np.stack([fused.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
+        states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
         def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> None:
             """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed)."""
             r = rows.stop - rows.start
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
-            fused.train_steps(k, p[rows], offsets[rows], xs, np.empty((r, B), np.int64), *args[:-1],
-                              np.empty_like(args[-1]), m[rows], v[rows], lr[rows], decay[rows] if len(decay) else decay,
-                              *opt.betas, opt.eps, opt.t + done, np.empty(r, p.dtype), np.empty(r, np.int64),
-                              np.empty_like(p[rows]), ll, cc)
+            mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
+                                 decay=adam.decay[rows] if len(adam.decay) else adam.decay)
+            engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup, adam=mine,
+                                       t0=opt.t + done, history=engine_stretch.History(ll, cc))
             loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
             """The next len(into) batches of the members at rows, from their generators' states, into ``into``."""
-            fused.draw_steps(states[rows], into, self.V)
+            draws.draw_steps(states[rows], into, self.V)
             return into
 
         def blocks(rows: slice) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .config import Config
-from .fused import randint_
+from .draws import randint_
 
 # Independent random streams, so that changing one use of randomness never shifts another.
 STREAM_INIT, STREAM_TRAIN, STREAM_EVAL, STREAM_LENGTHS = 0, 1, 2, 3

@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Protocol, Sequence
 
 import numpy as np
@@ -288,6 +288,47 @@ class AutogradStep(Layout):
         return loglik.detach(), correct, grad.neg_()
 
 
+@dataclass
+class _Members:
+    """The members still training and what a step needs of them: ``ids`` (their indices among the S, in buffer
+    order), ``offsets`` (n,) theirs on the device, ``shared_offset`` their one offset when they share it (a slice,
+    no gather) else None, and ``until``, the step at which the first of their budgets is spent (0 when none is
+    left)."""
+
+    ids: np.ndarray
+    offsets: torch.Tensor
+    shared_offset: int | None
+    until: int
+
+    @classmethod
+    def of(cls, ids: np.ndarray, offsets: np.ndarray, budget: np.ndarray, device: torch.device) -> _Members:
+        """The members ``ids`` of all members' ``offsets`` (S,) and step ``budget`` (S,)."""
+        mine = offsets[ids]
+        shared = int(mine[0]) if len(ids) and (mine == mine[0]).all() else None
+        return cls(ids, torch.as_tensor(mine, device=device), shared, int(budget[ids].min()) if len(ids) else 0)
+
+
+@dataclass
+class _History:
+    """The loss and accuracy history (steps, S), written a segment at a time: ``segment`` holds the (log-likelihood,
+    correct predictions) (k, n) of each call since step ``start``, the last time the members changed, and
+    ``flush`` writes them into the members' columns."""
+
+    loss: np.ndarray
+    accuracy: np.ndarray
+    batch: int
+    segment: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    start: int = 0
+
+    def flush(self, upto: int, ids: np.ndarray) -> None:
+        """Write the segment (steps start .. upto of the members ``ids``) into the arrays; a new segment at upto."""
+        if self.segment:
+            self.loss[self.start:upto, ids] = -torch.cat([a for a, _ in self.segment]).cpu().numpy()
+            self.accuracy[self.start:upto, ids] = (torch.cat([b for _, b in self.segment]).cpu().numpy()
+                                                   / np.float32(self.batch))
+        self.segment, self.start = [], upto
+
+
 def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn: GradientFunction, bar: tqdm,
            on_step: Callable | None, on_checkpoint: Callable | None, every: int,
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -297,7 +338,9 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
 
     Defined once for every gradient function: a stopped member's loss and accuracy rows repeat its last
     step (trained alone, its history ends there); a member with a budget of 0 never enters the buffer,
-    keeps its initial parameters, and its rows are NaN.
+    keeps its initial parameters, and its rows are NaN. The loop's state: ``step``, the members still training
+    (``_Members``), the early stop's ``window`` of their last correct counts, the ``history`` (``_History``) and
+    the optimiser's buffer and moments.
     """
     S, c0 = len(configs), configs[0]
     device = model.embed.device
@@ -310,46 +353,32 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                 view[s] = c.weight_decay if (name not in TABLES or c.decay_scope == "all") else 0.0
     budget = np.array([c.steps for c in configs])
     steps = budget.copy()
-    ids = np.flatnonzero(budget > 0)  # the members still training, in buffer order
+    offsets = np.array([c.offset for c in configs])
+    members = _Members.of(np.flatnonzero(budget > 0), offsets, budget, device)
     opt = Optimizer(c0.optimizer, buf, [c.lr for c in configs], decay)
-    opt.keep(torch.as_tensor(ids, device=device))
+    opt.keep(torch.as_tensor(members.ids, device=device))
     stop_at = torch.tensor([np.nan if c.target_accuracy is None else c.target_accuracy for c in configs],
                            dtype=torch.float32, device=device)
     early = bool((~torch.isnan(stop_at)).any())
-    offsets = np.array([c.offset for c in configs])
     n_steps = int(budget.max())
-    history = np.float64 if c0.dtype == "float64" else np.float32
-    loss_hist = np.full((n_steps, S), np.nan, dtype=history)
-    acc_hist = np.full((n_steps, S), np.nan, dtype=np.float32)
-    segment: list[tuple[torch.Tensor, torch.Tensor]] = []  # (log-likelihood, correct) (k, n) since ids last changed
-    seg_start, window = 0, []
-    last_acc = np.full(S, np.nan, dtype=np.float32)
     B = c0.batch
+    history = _History(np.full((n_steps, S), np.nan, dtype=np.float64 if c0.dtype == "float64" else np.float32),
+                       np.full((n_steps, S), np.nan, dtype=np.float32), B)
+    window: list[torch.Tensor] = []  # the members' correct counts (n,) of the last STOP_WINDOW steps
+    last_acc = np.full(S, np.nan, dtype=np.float32)
     here = lambda i: torch.as_tensor(i, device=device)  # noqa: E731
     mode = torch.inference_mode if step_fn.no_autograd else torch.no_grad  # no autograd bookkeeping on the step
 
-    def flush(upto: int) -> None:  # the segment's history into the arrays
-        nonlocal segment, seg_start
-        if segment:
-            loss_hist[seg_start:upto, ids] = -torch.cat([a for a, _ in segment]).cpu().numpy()
-            acc_hist[seg_start:upto, ids] = torch.cat([b for _, b in segment]).cpu().numpy() / np.float32(B)
-        segment, seg_start = [], upto
-
-    def members() -> tuple:  # what the loop needs about the members still training
-        offs = offsets[ids]
-        one = int(offs[0]) if len(ids) and (offs == offs[0]).all() else None  # one offset: a slice, no gather
-        return one, here(offs), int(budget[ids].min()) if len(ids) else 0
-
-    def drop(leaving: np.ndarray) -> None:  # write the leaving members to the model, keep the others
-        nonlocal ids, window, now
+    def drop(leaving: np.ndarray, members: _Members, window: list[torch.Tensor]
+             ) -> tuple[_Members, list[torch.Tensor]]:
+        """Write the ``leaving`` members (a mask over ``members.ids``) to the model and take them out of the
+        optimiser; the members that stay, and their window."""
+        ids = members.ids
         step_fn.unpack(opt.params[here(np.flatnonzero(leaving))], model, here(ids[leaving]))
         kept = here(np.flatnonzero(~leaving))
         opt.keep(kept)
-        window = [w.index_select(0, kept) for w in window]
-        ids = ids[~leaving]
-        now = members()
+        return _Members.of(ids[~leaving], offsets, budget, device), [w.index_select(0, kept) for w in window]
 
-    now = members()
     # where the gradient function can (``TableStep.run``: compiled, on the CPU) it takes whole stretches of steps
     # with nothing to decide between them in one call (its members on ``run_threads()`` threads), and single
     # steps under an early stop (the same compiled code: the same numbers either way); on_step then hears of
@@ -358,15 +387,15 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
     threads = run_threads() if ahead else 1
     step = 0
     while step < n_steps:
-        if step >= now[2]:  # some budget is spent
-            flush(step)
-            drop(budget[ids] <= step)
-        if len(ids) == 0:
+        if step >= members.until:  # some budget is spent
+            history.flush(step, members.ids)
+            members, window = drop(budget[members.ids] <= step, members, window)
+        if len(members.ids) == 0:
             break
-        one, offs, until = now
-        n = len(ids)
+        ids, n = members.ids, len(members.ids)
         if ahead:  # k steps: (k, n) log-likelihoods and correct predictions
-            k = 1 if early else until - step if on_checkpoint is None else min(until - step, every - step % every)
+            k = (1 if early else members.until - step if on_checkpoint is None
+                 else min(members.until - step, every - step % every))
             if on_step is not None:
                 k = min(k, ON_STEP_EVERY)
             loglik, correct = step_fn.run(opt, stream, ids, offsets[ids], k, threads)
@@ -375,15 +404,16 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
             with mode():
                 tokens = stream.next(ids).to(device)
                 length = tokens.shape[-1]
+                one = members.shared_offset
                 if one is not None:
                     target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
                 else:
-                    target = tokens.gather(-1, (length - 1 - offs).view(n, 1, 1).expand(n, B, 1))
+                    target = tokens.gather(-1, (length - 1 - members.offsets).view(n, 1, 1).expand(n, B, 1))
                 loglik, correct, grad = step_fn(opt.params, tokens, target)
                 opt.step(grad)
             loglik, correct = loglik[None], correct[None]
         step += k
-        segment.append((loglik, correct))
+        history.segment.append((loglik, correct))
         bar.update(k)
         if on_step is not None:
             for i, hits in enumerate(correct.cpu().numpy()):
@@ -396,18 +426,18 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                 reached = (recent >= stop_at[here(ids)]).cpu().numpy()  # NaN (no early stop) never compares true
                 if reached.any():
                     steps[ids[reached]] = step
-                    flush(step)
-                    drop(reached)
+                    history.flush(step, ids)
+                    members, window = drop(reached, members, window)
         if on_checkpoint is not None and step % every == 0:
-            step_fn.unpack(opt.params, model, here(ids))
+            step_fn.unpack(opt.params, model, here(members.ids))
             if on_checkpoint(step, model):
-                steps[ids] = step
+                steps[members.ids] = step
                 break
-        if len(ids) == 0:
+        if len(members.ids) == 0:
             break
-    flush(step)
-    step_fn.unpack(opt.params, model, here(ids))
-    loss_hist, acc_hist = loss_hist[:step], acc_hist[:step]
+    history.flush(step, members.ids)
+    step_fn.unpack(opt.params, model, here(members.ids))
+    loss_hist, acc_hist = history.loss[:step], history.accuracy[:step]
     for hist in (loss_hist, acc_hist):  # a stopped member repeats its last step
         for s in range(S):
             k = min(int(steps[s]), step)

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import ENCODINGS, Config, ConfigError, evaluate, fused, train
+from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
+from lengthgen.engine import step as engine_step
+from lengthgen.engine import stretch as engine_stretch
 from lengthgen.model import Model, log_likelihood
 from lengthgen.tables import TableStep, fast_forward
 from lengthgen.task import eval_tokens, generator, targets
@@ -179,7 +181,7 @@ def test_table_step_pack_and_views_round_trip() -> None:
 
 def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """One layer on the CPU: the compiled steps without an MLP (stretches of Adam steps by
-    ``fused.train_steps``, other rules step by step by ``fused.table_step``), the hand-written backward with
+    ``engine.stretch.train_steps``, other rules step by step by ``engine.step.table_step``), the hand-written backward with
     one; deeper models through autograd."""
     def broken(name: str) -> Callable[..., None]:
         def call(*args: object, **kwargs: object) -> None:
@@ -188,11 +190,11 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
 
     for target_accuracy in (None, 0.99):  # a whole stretch, and single steps under an early stop
         with monkeypatch.context() as m:
-            m.setattr(fused, "train_steps", broken("fused.train_steps"))
-            with pytest.raises(RuntimeError, match="fused.train_steps called"):
+            m.setattr(engine_stretch, "train_steps", broken("train_steps"))
+            with pytest.raises(RuntimeError, match="train_steps called"):
                 train(Config(steps=3, target_accuracy=target_accuracy), [0], progress=False)
-    monkeypatch.setattr(fused, "table_step", broken("fused.table_step"))
-    with pytest.raises(RuntimeError, match="fused.table_step called"):
+    monkeypatch.setattr(engine_step, "table_step", broken("table_step"))
+    with pytest.raises(RuntimeError, match="table_step called"):
         train(Config(steps=3, optimizer="gd"), [0], progress=False)
     monkeypatch.setattr(TableStep, "backward", broken("TableStep.backward"))
     with pytest.raises(RuntimeError, match="TableStep.backward called"):

@@ -1,4 +1,4 @@
-"""The compiled CPU step (lengthgen/fused.py) gives the torch table step's numbers: every gradient, the
+"""The compiled CPU step (lengthgen/engine/) gives the torch table step's numbers: every gradient, the
 log-likelihood and the correct count for every encoding it covers (float64, to rounding), hundreds of
 training steps in float64, float32 within float rounding, its exponential and log1p against numpy's."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import ENCODINGS, Config, fused, train
+from lengthgen import ENCODINGS, Config, draws, train
+from lengthgen.engine import numerics
 from lengthgen.model import Model
 from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
@@ -105,42 +106,42 @@ def test_float32_training_within_rounding(monkeypatch: pytest.MonkeyPatch) -> No
 
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 4e-7), (np.float64, 1e-14)])
 def test_exponential(dtype: type, tol: float) -> None:
-    """fused._exp_neg against numpy's exp for x <= 0, down to where it returns 0, and NaN."""
+    """numerics.exp_neg against numpy's exp for x <= 0, down to where it returns 0, and NaN."""
     smallest = {np.float32: -87.0, np.float64: -708.0}[dtype]
     x = np.concatenate([-np.geomspace(1e-12, -smallest, 5000), [0.0, -1e-30]]).astype(dtype)
     bits = np.empty(len(x), np.int32 if dtype == np.float32 else np.int64)
     y = x.copy()
-    fused._exp_neg(y, fused.exp_constants(dtype), bits)
+    numerics.exp_neg(y, numerics.exp_constants(dtype), bits)
     ref = np.exp(x.astype(np.float64))
     assert (np.abs(y - ref) <= tol * ref).all(), float((np.abs(y - ref) / ref).max())
     far = np.array([smallest * 1.1, -np.inf, np.nan], dtype)
-    fused._exp_neg(far, fused.exp_constants(dtype), bits[:3])
+    numerics.exp_neg(far, numerics.exp_constants(dtype), bits[:3])
     assert far[0] == 0 and far[1] == 0 and np.isnan(far[2])
 
 
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 3e-7), (np.float64, 1e-15)])
 def test_log1p(dtype: type, tol: float) -> None:
-    """fused._log1p against numpy's log1p (in float64) for x >= 0: from below the float's precision (where u = 1 + x
+    """numerics.log1p against numpy's log1p (in float64) for x >= 0: from below the float's precision (where u = 1 + x
     rounds to 1) past 1e30, the cut at sqrt(2) - 1 on either side, and NaN."""
     x = np.concatenate([np.geomspace(1e-30, 1e30, 20000), [0.0, 1e-8, 0.41421354, 0.41421357, 1.0, 3.0]]).astype(dtype)
     bits = np.empty(len(x), np.int32 if dtype == np.float32 else np.int64)
     y, w = x.copy(), np.empty_like(x)
-    fused._log1p(y, fused.log_constants(fused.exp_constants(dtype)), w, bits)
+    numerics.log1p(y, numerics.log_constants(numerics.exp_constants(dtype)), w, bits)
     ref = np.log1p(x.astype(np.float64))
     assert (np.abs(y - ref) <= tol * ref).all(), float((np.abs(y - ref) / np.maximum(ref, 1e-300)).max())
     nan = np.array([np.nan], dtype)
-    fused._log1p(nan, fused.log_constants(fused.exp_constants(dtype)), w[:1], bits[:1])
+    numerics.log1p(nan, numerics.log_constants(numerics.exp_constants(dtype)), w[:1], bits[:1])
     assert np.isnan(nan[0])
 
 
 @pytest.mark.parametrize("high", [16, 10, 7, 64, 1000])
 def test_token_draws_are_torch_randint(high: int) -> None:
-    """fused.randint_ draws torch.randint's numbers and leaves the generator in torch's state, across many
+    """draws.randint_ draws torch.randint's numbers and leaves the generator in torch's state, across many
     refills of the generator's 624 words; a tensor it does not cover (not contiguous) goes to torch."""
     ours, theirs = torch.Generator().manual_seed(high), torch.Generator().manual_seed(high)
     for shape in [(256, 33), (1, 5), (3, 700), (256, 32)]:
-        drawn = fused.randint_(torch.empty(shape, dtype=torch.long), high, ours)
+        drawn = draws.randint_(torch.empty(shape, dtype=torch.long), high, ours)
         assert torch.equal(drawn, torch.randint(high, shape, generator=theirs))
     assert torch.equal(ours.get_state(), theirs.get_state())
     strided = torch.empty(8, 6, dtype=torch.long)[:, ::2]
-    assert torch.equal(fused.randint_(strided, high, ours), torch.randint(high, (8, 3), generator=theirs))
+    assert torch.equal(draws.randint_(strided, high, ours), torch.randint(high, (8, 3), generator=theirs))

@@ -1,6 +1,6 @@
 """The one optimiser (lengthgen.optim): every update rule against a hand computation in float64, Adam and
-gradient descent against torch.optim (Adam through its compiled pass and through torch operations), members
-leaving the buffer (``keep``)."""
+gradient descent against torch.optim (Adam through its compiled pass and through torch operations), the rules'
+compiled twin (``update_in_place``) against the same hand computation, members leaving the buffer (``keep``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen.optim import RULES, Optimizer
+from lengthgen.optim import RULES, Optimizer, RuleArrays, update_in_place
 from lengthgen.task import generator
 
 LR = [0.1, 0.03, 0.2]  # one step size per member
@@ -76,7 +76,7 @@ def test_every_rule_matches_a_hand_computation(rule: str, weight_decay: float) -
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
 def test_adam_matches_torch_adamw(weight_decay: float, compiled: bool) -> None:
     """Each member's row moves as torch.optim.AdamW moves it alone (float64), through the compiled pass
-    (fused.adam_step) or separate torch operations."""
+    (optim.adam_step) or separate torch operations."""
     grads = gradients(6)
     p0 = torch.randn(3, 7, generator=generator(13), dtype=torch.float64)
     decay = torch.full_like(p0, weight_decay)
@@ -172,6 +172,24 @@ def test_adam_without_eps_leaves_a_coordinate_that_never_had_a_gradient() -> Non
     assert torch.isfinite(opt.params).all() and torch.equal(opt.params[:, 0], p0[:, 0])
     want = by_hand("adam", p0.numpy(), [g.numpy() for g in grads], np.zeros((3, 7)), power=1.0, eps=0.0)
     assert np.allclose(opt.params.numpy(), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("eps", [EPS, 0.0])
+@pytest.mark.parametrize("rule", RULES)
+def test_the_compiled_update_of_every_rule_matches_a_hand_computation(rule: str, eps: float) -> None:
+    """``update_in_place`` (the compiled loops of ``selection``) with the step sizes ``Optimizer.current_lr`` gives
+    the t-th update: the hand computation's numbers, a decaying step size, Adam with and without eps (entry 0 of
+    every gradient is 0)."""
+    grads = gradients(4)
+    p0 = torch.randn(3, 7, generator=generator(20), dtype=torch.float64)
+    schedule = Optimizer(rule, p0.clone(), LR, eps=eps, power=0.7)
+    params, m, v = p0.numpy().copy(), np.zeros((3, 7)), np.zeros((3, 7))
+    for t, g in enumerate(grads, start=1):
+        rate = schedule.current_lr(t)[:, 0].numpy()
+        update_in_place(RULES.index(rule), params, g.numpy().copy(), RuleArrays(m, v, rate, B1, B2, eps), t)
+    want = by_hand(rule, p0.numpy(), [g.numpy() for g in grads], np.zeros((3, 7)), power=0.7, eps=eps)
+    assert np.allclose(params, want, rtol=1e-12, atol=1e-14)
+    assert np.array_equal(params[:, 0], p0.numpy()[:, 0])  # its gradient is always 0: it stays (no 0 / 0)
 
 
 def test_bad_arguments_say_what_to_change() -> None:

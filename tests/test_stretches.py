@@ -1,4 +1,4 @@
-"""Stretches of training steps in one compiled call (``TableStep.run`` / ``fused.train_steps``): the same numbers
+"""Stretches of training steps in one compiled call (``TableStep.run`` / ``engine.stretch.train_steps``): the same numbers
 as the same steps taken one call at a time, whatever the stretch length, the thread count or the callbacks."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import Config, fused
+from lengthgen import Config, draws
 from lengthgen.config import ConfigError
 from lengthgen.model import Model
 from lengthgen.optim import Optimizer
@@ -116,14 +116,14 @@ def test_runs_ahead_only_where_it_computes_the_same_steps() -> None:
     assert not ahead(SMALL.replace(optimizer="gd"))
     assert not ahead(SMALL.replace(min_train_length=16))
     assert not ahead(SMALL.replace(mlp=True))
-    assert fused.mt_state(torch.Generator().manual_seed(0)) is not None
+    assert draws.mt_state(torch.Generator().manual_seed(0)) is not None
 
 
 def test_compiled_code_just_compiled_or_from_the_cache_gives_the_same_numbers(tmp_path) -> None:
     """The same training run in a process that compiles the steps afresh (an empty numba cache, which it fills)
     and in a process that loads them from that cache: the same loss history to the bit, and this process's
     too. With reassociation in the step's fast-math flags the first two differed in float32 rounding
-    (fused.FAST)."""
+    (engine.numerics.FAST)."""
     import hashlib
     import os
     import subprocess

@@ -1,0 +1,17 @@
+"""The CPU engine of training: the one-layer table model's step and stretches of Adam steps as compiled loops
+(numba), one call per step (or per stretch) instead of some hundred torch operations.
+
+A step of the table model (``tables.TableStep``) at the book's sizes is latency-bound: a few million
+floating-point operations spread over ~110 tensor operations of a few microseconds each. The engine computes the
+same numbers in compiled loops, one idea a module:
+
+- ``step``: one step's forward, loss and backward for every member (``table_step``), each block under its equation;
+- ``stretch``: n steps of targets, gradient and AdamW update in one call (``train_steps``);
+- ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order.
+
+The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use
+them without the engine. The functions are compiled on first use and cached on disk (numba's ``cache=True``:
+``__pycache__`` next to each file, or ``$NUMBA_CACHE_DIR``), so only the first run on a machine pays the compile
+(about half a minute for float32 and float64 together); a new process loads them in well under a second.
+tests/test_fused.py checks the step against torch (float64 to rounding), tests/test_stretches.py the stretches.
+"""

@@ -1,0 +1,545 @@
+"""One training step of the one-layer table model, compiled: forward, loss and backward for every member of
+an ensemble in one call (``table_step``), the numbers of ``tables.TableStep.forward``, ``model.log_likelihood_gradient``
+and ``TableStep.backward`` (tests/test_fused.py: float64 to rounding) without their ~110 torch operations.
+
+It covers the one-layer models without an MLP (RoPE, learned APE, sinusoidal, NoPE, ALiBi; with or without the
+residual), in float32 and float64, member after member and each sequence in order (deterministic, independent
+of any thread count). The notation, for one member (``tables.py`` derives the table):
+
+    X = [E; P]              (nX, d)   token rows E_b (b < V), then position rows P_j (j < L; learned APE, sinusoidal)
+    W = [Wq | Wk | Wv | U]  (d, 3d + V),  Wo (d, d)
+    q(a) = (E_a + P_(L-1)) Wq   the last query, for query token a;   k = X Wk, the keys of tokens and positions
+    T[j, b, a]               the attention logit of the last query (token a) on key j holding token b
+    attn_j = softmax_j T[j, x_j, x_(L-1)],   mass_b = sum_(j: x_j = b) attn_j
+    y = Yv[:V]^T mass + Yv[V:]^T attn + R[x_(L-1)],   Yv = X Wv Wo U,  R = (E + P_(L-1)) U if residual
+    loss = mean over the batch of -log softmax(y)_target
+
+``step_in`` runs the step member after member as nine blocks (``_project``, ``_logit_table``, ``_attention``,
+``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``),
+each a function with the equation it computes in its docstring and the code under it; they are inlined into
+``step_in`` when it is compiled (``inline="always"``), so the compiled step is the one loop it was written as before
+(the same numbers to the bit, the same speed). The working arrays (``StepArrays``, by name) are made once per call
+(``step_arrays``), not once per step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from .numerics import FAST, dot8, exp_neg, int_scratch, log1p, log_constants
+
+# How the attention logit table is made (tables.TableStep's cases):
+ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
+ROWS = 1  # additive position rows (learned APE, sinusoidal): T[j, b, a] = k(b) . q(a) + (P_j Wk) . q(a)
+BIAS = 2  # ALiBi: T[j, b, a] = k(b) . q(a) + bias[j]
+NONE = 3  # NoPE: T[b, a] = k(b) . q(a)
+
+
+class StepSetup(NamedTuple):
+    """What a table step needs besides the parameters and the batch, fixed for a model, a length L and a dtype
+    (``tables.TableStep``'s compiled setup)."""
+
+    kind: int  # ROTATE / ROWS / BIAS / NONE: how the logit table is made
+    fixed: bool  # the position rows are ``rows`` (sinusoidal) rather than rows of EP (learned APE)
+    residual: bool  # the query's own input is added to the attention output
+    V: int  # vocabulary
+    d: int  # width
+    n_ep: int  # rows of the parameter block EP (tokens, then learned positions)
+    trig: np.ndarray  # (L, d) ROTATE: (cos, sin) per rotation pair at offset j - (L-1), / sqrt(d); else (1, 1)
+    rows: np.ndarray  # (L, d) the fixed position rows (sinusoidal), else (1, 1)
+    bias: np.ndarray  # (L,) the logit bias by key position (ALiBi), else (1,)
+    ec: np.ndarray  # ``numerics.exp_constants`` of the dtype
+
+
+class StepOut(NamedTuple):
+    """What a table step writes, per member."""
+
+    loglik: np.ndarray  # (S,) the mean log-likelihood of the targets
+    correct: np.ndarray  # (S,) int64 correct predictions (the first maximum of the logits)
+    grad: np.ndarray  # (S, P) the gradient of the mean cross-entropy, in the buffer's layout
+
+
+class StepArrays(NamedTuple):
+    """The working arrays of a table step for batch B and length L (nX = V + L with position rows, else V;
+    nT = L V^2, or V^2 without positions). Every array is written before it is read, except the constants
+    ``cst`` (1, 1/sqrt(d), 2^-LOW), ``lc`` (``log_constants``) and ``ones``."""
+
+    cst: np.ndarray  # (3,) 1, 1/sqrt(d), 2^-60 (float32) or 2^-600 (float64): where a softmax is redone
+    lc: np.ndarray  # ``numerics.log_constants``
+    ones: np.ndarray  # (1, max(L, V)) ones (a row sum as a dot product)
+    ratio: np.ndarray  # (B,) the others' probability over the target's, then its log1p
+    w: np.ndarray  # (B,) log1p's float scratch
+    bits: np.ndarray  # (B max(L, V),) exp_neg's and log1p's integer scratch, as wide as the floats
+    X: np.ndarray  # (nX, d) token rows, then position rows
+    A: np.ndarray  # (nX, 3d + V) X W = [X Wq | X Wk | X Wv | X U]
+    K: np.ndarray  # (nX, d) the keys X Wk
+    QT: np.ndarray  # (d, V) the last query q(a) of each query token a, as columns
+    Av: np.ndarray  # (nX, d) the values X Wv
+    U: np.ndarray  # (d, V) the read-out
+    WoU: np.ndarray  # (d, V) Wo U
+    Yv: np.ndarray  # (nX, V) Av Wo U: what a unit of attention on a row of X adds to the logits
+    T: np.ndarray  # (nT,) the logit table T[j, b, a] (T[b, a] without positions)
+    CD: np.ndarray  # (d, V^2) RoPE: per rotation pair, the cos and sin coefficients of T
+    TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
+    top: np.ndarray  # (V,) the largest table entry of each query token's column
+    at_ij: np.ndarray  # (B, L) int32 the table entry of key j of sequence i
+    lg: np.ndarray  # (B, L) the attention logits, then the attention weights attn
+    mass: np.ndarray  # (V, B) the attention on each token
+    Z: np.ndarray  # (V, V) Yv[:V]^T, contiguous
+    yt: np.ndarray  # (V, B) the logits y, transposed
+    E: np.ndarray  # (V, B) exp(y - max y), then the gradient by the logits g, transposed
+    rowtop: np.ndarray  # (B,) max y, then 1 / (B sum exp)
+    pick: np.ndarray  # (B,) int64 the prediction (argmax y)
+    sums: np.ndarray  # (B,) sum exp(y - max y), then sum_j attn_j g_attn_j
+    rest: np.ndarray  # (B,) the other classes' share of sums
+    gYv: np.ndarray  # (nX, V) dloss/dYv
+    gR: np.ndarray  # (V, V) dloss/dR
+    gM: np.ndarray  # (V, B) dloss/dmass
+    gP: np.ndarray  # (B, L) dloss/dattn through the position rows
+    gT: np.ndarray  # (nT,) dloss/dT
+    gCD: np.ndarray  # (d, V^2) dloss/dCD (RoPE)
+    gQT: np.ndarray  # (d, V) dloss/dq(a), as columns
+    gQ: np.ndarray  # (V, d) dloss/dq(a), as rows
+    gA: np.ndarray  # (nX, 3d + V) dloss/dA
+    gX: np.ndarray  # (nX, d) a product's scratch, then dloss/dX
+    gW: np.ndarray  # (d, 3d + V) dloss/dW
+    gWoU: np.ndarray  # (d, V) dloss/d(Wo U)
+    gU: np.ndarray  # (d, V) dloss/dU through Wo U
+    gWo: np.ndarray  # (d, d) dloss/dWo
+
+
+@njit(cache=True, nogil=True)
+def step_arrays(like, kind, B, L, V, d, ec):
+    """The ``StepArrays`` of batch B, length L, in the dtype of the array ``like``: made once per call of
+    ``stretch.train_steps`` (or of ``table_step``), not once per step."""
+    dt = like.dtype
+    Y = 3 * d + V
+    nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions (learned or fixed rows)
+    VV = V * V
+    nT = VV if kind == NONE else L * VV
+    low = 2.0 ** -(60 if like.itemsize == 4 else 600)
+    cst = np.array([1.0, 1.0 / math.sqrt(d), low]).astype(dt)
+    return StepArrays(
+        cst=cst, lc=log_constants(ec),
+        ones=np.ones((1, max(L, V)), dt), ratio=np.empty(B, dt), w=np.empty(B, dt),
+        bits=int_scratch(like, B * max(L, V)),
+        X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
+        Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
+        T=np.empty(nT, dt), CD=np.empty((d, VV), dt), TP=np.empty((nX, V), dt), top=np.empty(V, dt),
+        at_ij=np.empty((B, L), np.int32), lg=np.empty((B, L), dt), mass=np.empty((V, B), dt), Z=np.empty((V, V), dt),
+        yt=np.empty((V, B), dt), E=np.empty((V, B), dt), rowtop=np.empty(B, dt), pick=np.empty(B, np.int64),
+        sums=np.empty(B, dt), rest=np.empty(B, dt),
+        gYv=np.empty((nX, V), dt), gR=np.empty((V, V), dt), gM=np.empty((V, B), dt), gP=np.empty((B, L), dt),
+        gT=np.empty(nT, dt), gCD=np.empty((d, VV), dt), gQT=np.empty((d, V), dt), gQ=np.empty((V, d), dt),
+        gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gW=np.empty((d, Y), dt), gWoU=np.empty((d, V), dt),
+        gU=np.empty((d, V), dt), gWo=np.empty((d, d), dt))
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def table_step(buf, x, target, setup, out):
+    """One training step's gradient for every member, written into ``out`` (``StepOut``).
+
+    buf (S, P): the members' parameters in ``TableStep``'s layout (blocks EP (n_ep, d), W (d, 3d + V),
+    Wo (d, d)); x (S, B, L) int64 tokens; target (S, B) int64; setup: ``StepSetup``.
+    The loss is the mean cross-entropy over the B sequences, computed as ``model.log_likelihood_gradient``.
+    """
+    _, B, L = x.shape
+    work = step_arrays(buf, setup.kind, B, L, setup.V, setup.d, setup.ec)
+    step_in(buf, x, target, setup, out, work)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _project(p, setup, work):
+    """Forward: the projections of one member's parameters ``p`` (P,).
+
+        X = [E; P] (nX, d),   A = X W = [X Wq | X Wk | X Wv | X U]
+        K = X Wk,   Av = X Wv,   q(a) = E_a Wq + P_(L-1) Wq (QT's column a),   Yv = Av (Wo U)
+    """
+    kind, fixed, V, d, n_ep, rows = setup.kind, setup.fixed, setup.V, setup.d, setup.n_ep, setup.rows
+    X, A, K, QT, Av, U = work.X, work.A, work.K, work.QT, work.Av, work.U
+    WoU, Yv = work.WoU, work.Yv
+    B, L = work.lg.shape
+    Y = 3 * d + V  # columns of W: [Wq | Wk | Wv | U]
+    has_rows = kind == ROWS
+    nr = L if has_rows else 0
+    nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions
+    at = V + L - 1  # the last position's row of X
+    o_W, o_Wo = n_ep * d, n_ep * d + d * Y  # where W and Wo start in a member's row
+    W = p[o_W:o_Wo].reshape((d, Y))
+    Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
+    for r in range(V):
+        X[r] = p[r * d:(r + 1) * d]
+    for r in range(nr):
+        if fixed:
+            X[V + r] = rows[r]
+        else:
+            X[V + r] = p[(V + r) * d:(V + r + 1) * d]
+    np.dot(X, W, A)
+    for r in range(nX):
+        for k in range(d):
+            K[r, k] = A[r, d + k]
+            Av[r, k] = A[r, 2 * d + k]
+    for k in range(d):
+        for a in range(V):
+            QT[k, a] = A[a, k] + A[at, k] if has_rows else A[a, k]
+        for c in range(V):
+            U[k, c] = W[k, 3 * d + c]
+    np.dot(Wo, U, WoU)
+    np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _logit_table(setup, work):
+    """Forward: the logit table T of every (key position, key token, query token).
+
+        ROTATE: T[j, b, a] = q(a) . rot_((L-1) - j) k(b) / sqrt(d) = trig[j] . CD[:, b V + a], where per
+                rotation pair (e, o): CD[e] = k_e q_e + k_o q_o,  CD[o] = k_e q_o - k_o q_e
+        ROWS:   T[j, b, a] = (k(b) + P_j Wk) . q(a) / sqrt(d)       (TP = K QT: token rows, then position rows)
+        BIAS:   T[j, b, a] = k(b) . q(a) / sqrt(d) + bias[j]
+        NONE:   T[b, a]    = k(b) . q(a) / sqrt(d)
+    """
+    kind, V, d, trig, bias = setup.kind, setup.V, setup.d, setup.trig, setup.bias
+    K, QT, T, CD, TP = work.K, work.QT, work.T, work.CD, work.TP
+    one = work.cst[0]
+    scale = work.cst[1]
+    zero = one - one
+    B, L = work.lg.shape
+    has_rows = kind == ROWS
+    VV = V * V
+    if kind == ROTATE:
+        for q in range(d // 2):
+            e, o = 2 * q, 2 * q + 1
+            for b in range(V):
+                ke, ko = K[b, e], K[b, o]
+                for a in range(V):
+                    CD[e, b * V + a] = ke * QT[e, a] + ko * QT[o, a]
+                    CD[o, b * V + a] = ke * QT[o, a] - ko * QT[e, a]
+        np.dot(trig, CD, T.reshape((L, VV)))
+    else:
+        np.dot(K, QT, TP)
+        if kind == NONE:
+            for m in range(VV):
+                T[m] = TP[m // V, m % V] * scale
+        else:
+            for j in range(L):
+                for b in range(V):
+                    for a in range(V):
+                        T[j * VV + b * V + a] = (TP[b, a] + (TP[V + j, a] if has_rows else zero)) * scale + (
+                            zero if has_rows else bias[j])
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _attention(xs, setup, work):
+    """Forward: the last query's attention over each sequence of ``xs`` (B, L).
+
+        s_ij = T[j, x_ij, a_i]   (a_i = x_i,L-1, the query token),   attn_ij = exp(s_ij) / sum_j' exp(s_ij')
+        mass[b, i] = sum_(j: x_ij = b) attn_ij    (the attention on token b)
+
+    The exponentials are shifted by the largest entry of the query token's column, not by each sequence's maximum
+    (the gathers, exponentials and sums then run as independent or vectorised loops); a sequence whose entries all
+    lie far below that largest entry (their sum under 2^-LOW) is redone with its own maximum.
+    """
+    kind, V, ec = setup.kind, setup.V, setup.ec
+    ones, bits, T, top, at_ij, lg = work.ones, work.bits, work.T, work.top, work.at_ij, work.lg
+    mass = work.mass
+    one = work.cst[0]
+    low = work.cst[2]
+    B, L = work.lg.shape
+    VV = V * V
+    nT = VV if kind == NONE else L * VV
+    jstep = 0 if kind == NONE else VV
+    top[:] = -np.inf
+    nr4 = nT // V // 4 * 4
+    for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
+        for a in range(V):
+            m01 = max(T[r * V + a], T[(r + 1) * V + a])
+            m23 = max(T[(r + 2) * V + a], T[(r + 3) * V + a])
+            top[a] = max(top[a], max(m01, m23))
+    for r in range(nr4, nT // V):
+        for a in range(V):
+            top[a] = max(top[a], T[r * V + a])
+    # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
+    for i in range(B):
+        a = xs[i, L - 1]
+        for j in range(L):
+            at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
+        for j in range(L):
+            lg[i, j] = T[np.uint32(at_ij[i, j])] - top[a]
+    exp_neg(lg.reshape(B * L), ec, bits)
+    mass[:] = 0
+    for i in range(B):
+        tot = dot8(lg, i, 0, ones, 0, 0, L)
+        if not tot >= low:  # far below the column's maximum: again with the sequence's own
+            for j in range(L):
+                lg[i, j] = T[np.uint32(at_ij[i, j])]
+            m = lg[i].max()
+            for j in range(L):
+                lg[i, j] -= m
+            exp_neg(lg[i], ec, bits)
+            tot = dot8(lg, i, 0, ones, 0, 0, L)
+        inv = one / tot
+        for j in range(L):
+            lg[i, j] *= inv
+        for j in range(L):
+            mass[np.uint64(xs[i, j]), i] += lg[i, j]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _logits(xs, setup, work):
+    """Forward: the logits of each sequence, transposed (V, B).
+
+        y_i = Yv[:V]^T mass_i + Yv[V:]^T attn_i + R[a_i],   R = (E + P_(L-1)) U with the residual, else 0
+    """
+    kind, residual, V, d = setup.kind, setup.residual, setup.V, setup.d
+    A, lg, mass, Z, yt = work.A, work.lg, work.mass, work.Z, work.yt
+    B, L = work.lg.shape
+    has_rows = kind == ROWS
+    at = V + L - 1  # the last position's row of X
+    YvT, YvP = work.Yv[:V], work.Yv[V:]  # tokens' and positions' rows
+    Z[:] = YvT.T
+    np.dot(Z, mass, yt)
+    if has_rows:
+        yt += np.dot(YvP.T, lg.T)
+    if residual:
+        for i in range(B):
+            a = xs[i, L - 1]
+            for c in range(V):
+                yt[c, i] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _loss(ts, setup, work):
+    """The loss of the targets ``ts`` (B,) and its gradient by the logits (into E); returns (the mean
+    log-likelihood, the correct predictions).
+
+        loss = (1/B) sum_i -log p_t,   -log p_t = log(1 + sum_(c != t) e^(y_c - y_t)),   p = softmax(y)
+        g_i = dloss/dy_i = (p_i - onehot(t_i)) / B,   prediction = argmax y_i (the first maximum)
+
+    Each loop runs along the batch (selects, not branches: the argmax's would mispredict on fresh data).
+    """
+    V, ec = setup.V, setup.ec
+    lc, ratio, w, bits, yt, E = work.lc, work.ratio, work.w, work.bits, work.yt, work.E
+    rowtop, pick, sums, rest = work.rowtop, work.pick, work.sums, work.rest
+    one = work.cst[0]
+    zero = one - one
+    B, L = work.lg.shape
+    rowtop[:] = yt[0]
+    pick[:] = 0
+    for c in range(1, V):
+        for i in range(B):  # the first maximum, as argmax
+            y = yt[c, i]
+            up = y > rowtop[i]
+            rowtop[i] = y if up else rowtop[i]
+            pick[i] = c if up else pick[i]
+    hits = 0
+    for i in range(B):
+        hits += pick[i] == ts[i]
+    for c in range(V):
+        for i in range(B):
+            E[c, i] = yt[c, i] - rowtop[i]
+    exp_neg(E.reshape(B * V), ec, bits)
+    sums[:] = E[0]
+    for c in range(1, V):
+        for i in range(B):
+            sums[i] += E[c, i]
+    for i in range(B):
+        tg = ts[i]
+        rest[i] = sums[i] - E[tg, i]  # the others' share
+        ratio[i] = rest[i] / E[tg, i] if E[tg, i] > 0 else zero
+    log1p(ratio, lc, w, bits)
+    ll = zero
+    for i in range(B):
+        tg = ts[i]
+        # log1p(others / E_t) is softplus(log others - log E_t); where E_t underflows, r itself
+        ll -= ratio[i] if E[tg, i] > 0 else np.log(rest[i]) - (yt[tg, i] - rowtop[i])
+    for i in range(B):
+        rowtop[i] = one / (sums[i] * B)  # now 1 / (sum B)
+    for c in range(V):
+        for i in range(B):
+            E[c, i] *= rowtop[i]
+    for i in range(B):  # p_t - 1 as minus the others' probability: exact where p_t rounds to 1
+        E[ts[i], i] = -rest[i] * rowtop[i]
+    return ll / B, hits
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _backward_logits(xs, setup, work):
+    """Backward: the logits to Yv, R and the attention.
+
+        dYv[:V] = mass g,   dYv[V:] = attn^T g,   dR[a] = sum_(i: a_i = a) g_i
+        dmass[b, i] = Yv[b] . g_i (gM),   dattn_ij (position rows) = Yv[V + j] . g_i (gP)
+    """
+    kind, residual, V = setup.kind, setup.residual, setup.V
+    lg, mass, E, sums, gYv, gR = work.lg, work.mass, work.E, work.sums, work.gYv, work.gR
+    gM, gP = work.gM, work.gP
+    B, L = work.lg.shape
+    has_rows = kind == ROWS
+    YvT, YvP = work.Yv[:V], work.Yv[V:]  # tokens' and positions' rows
+    g = work.E.T  # the gradient by the logits (B, V)
+    np.dot(mass, g, gYv[:V])
+    if has_rows:
+        np.dot(lg.T, g, gYv[V:])
+    gR[:] = 0
+    if residual:
+        for i in range(B):
+            a = xs[i, L - 1]
+            for c in range(V):
+                gR[a, c] += g[i, c]
+    np.dot(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
+    for i in range(B):  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
+        sums[i] = mass[0, i] * gM[0, i]
+    for c in range(1, V):
+        for i in range(B):
+            sums[i] += mass[c, i] * gM[c, i]
+    if has_rows:
+        np.dot(g, YvP.T, gP)  # ... and on each position
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _backward_softmax(xs, setup, work):
+    """Backward: through the softmax to the table.
+
+        dattn_ij = dmass[x_ij, i] + gP[i, j],   ds_ij = attn_ij (dattn_ij - sum_j' attn_ij' dattn_ij')
+        dT[j, x_ij, a_i] += ds_ij
+    """
+    kind = setup.kind
+    at_ij, lg, sums, gM, gP, gT = work.at_ij, work.lg, work.sums, work.gM, work.gP, work.gT
+    B, L = work.lg.shape
+    has_rows = kind == ROWS
+    gT[:] = 0
+    for i in range(B):
+        dot = sums[i]
+        if has_rows:
+            dot += dot8(lg, i, 0, gP, i, 0, L)
+            for j in range(L):
+                t = gM[np.uint64(xs[i, j]), i] + gP[i, j]
+                gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+        else:
+            for j in range(L):
+                t = gM[np.uint64(xs[i, j]), i]
+                gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _backward_table(setup, work):
+    """Backward: the table to the queries (gA[:, :d]) and keys (gA[:, d:2d]).
+
+        ROTATE: dCD = trig^T dT;  per pair dq_e = sum_b dCD[e] k_e - dCD[o] k_o,  dq_o = dCD[e] k_o + dCD[o] k_e,
+                dk_e = sum_a dCD[e] q_e + dCD[o] q_o,  dk_o = dCD[e] q_o - dCD[o] q_e
+        else:   dTP[b, a] = sum_j dT[j, b, a] / sqrt(d),  dTP[V + j, a] = sum_b dT[j, b, a] / sqrt(d) (ROWS)
+                dq = dTP^T K,   dK = dTP QT^T
+
+    With position rows the query q(a) = (E_a + P_(L-1)) Wq also sends dq(a) to the last position's row.
+    """
+    kind, V, d, trig = setup.kind, setup.V, setup.d, setup.trig
+    K, QT, TP, gT, gCD, gQT = work.K, work.QT, work.TP, work.gT, work.gCD, work.gQT
+    gQ, gA, gX = work.gQ, work.gA, work.gX
+    scale = work.cst[1]
+    B, L = work.lg.shape
+    has_rows = kind == ROWS
+    nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions
+    at = V + L - 1  # the last position's row of X
+    VV = V * V
+    gA[:] = 0
+    if kind == ROTATE:
+        np.dot(trig.T, gT.reshape((L, VV)), gCD)
+        gQT[:] = 0
+        for q in range(d // 2):
+            e, o = 2 * q, 2 * q + 1
+            for b in range(V):
+                ke, ko = K[b, e], K[b, o]
+                bV = b * V
+                for a in range(V):
+                    gQT[e, a] += gCD[e, bV + a] * ke - gCD[o, bV + a] * ko
+                    gQT[o, a] += gCD[e, bV + a] * ko + gCD[o, bV + a] * ke
+                gA[b, d + e] = dot8(gCD, e, bV, QT, e, 0, V) + dot8(gCD, o, bV, QT, o, 0, V)
+                gA[b, d + o] = dot8(gCD, e, bV, QT, o, 0, V) - dot8(gCD, o, bV, QT, e, 0, V)
+    else:
+        TP[:] = 0  # now the gradient by TP, scaled by 1/sqrt(d)
+        if kind == NONE:
+            for m in range(VV):
+                TP[m // V, m % V] = gT[m] * scale
+        else:
+            for j in range(L):
+                for b in range(V):
+                    for a in range(V):
+                        t = gT[j * VV + b * V + a] * scale
+                        TP[b, a] += t
+                        if has_rows:
+                            TP[V + j, a] += t
+        np.dot(TP.T, K, gQ)  # the queries' gradient (V, d)
+        for a in range(V):
+            for k in range(d):
+                gQT[k, a] = gQ[a, k]
+        np.dot(TP, QT.T, gX)  # the keys' gradient (nX, d)
+        for r in range(nX):
+            for k in range(d):
+                gA[r, d + k] = gX[r, k]
+    for a in range(V):
+        for k in range(d):
+            gA[a, k] = gQT[k, a]
+            if has_rows:  # the query is (E + P_(L-1)) Wq: its gradient also reaches the last position's row
+                gA[at, k] += gQT[k, a]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+def _backward_projections(p, G, setup, work):
+    """Backward: through Yv = Av (Wo U) and A = X W to the member's gradient row ``G`` (P,).
+
+        dAv = dYv (Wo U)^T,   d(Wo U) = Av^T dYv,   dA[:, 3d:] = dR (+ its sum on the last position's row)
+        dW = X^T dA,   dU += Wo^T d(Wo U),   dWo = d(Wo U) U^T,   dX = dA W^T (token rows, learned position rows)
+    """
+    kind, fixed, residual, V, d, n_ep = setup.kind, setup.fixed, setup.residual, setup.V, setup.d, setup.n_ep
+    X, Av, U, WoU, gYv, gR = work.X, work.Av, work.U, work.WoU, work.gYv, work.gR
+    gA, gX, gW, gWoU, gU, gWo = work.gA, work.gX, work.gW, work.gWoU, work.gU, work.gWo
+    B, L = work.lg.shape
+    Y = 3 * d + V  # columns of W: [Wq | Wk | Wv | U]
+    has_rows = kind == ROWS
+    nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions
+    at = V + L - 1  # the last position's row of X
+    o_W, o_Wo = n_ep * d, n_ep * d + d * Y  # where W and Wo start in a member's row
+    W = p[o_W:o_Wo].reshape((d, Y))
+    Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
+    np.dot(gYv, WoU.T, gX)
+    for r in range(nX):
+        for k in range(d):
+            gA[r, 2 * d + k] = gX[r, k]
+    np.dot(Av.T, gYv, gWoU)
+    if residual:  # R = X[:V] U (+ X[at] U): the read-out of the query's own input
+        for a in range(V):
+            for c in range(V):
+                gA[a, 3 * d + c] = gR[a, c]
+                if has_rows:
+                    gA[at, 3 * d + c] += gR[a, c]
+    np.dot(X.T, gA, gW)  # (d, Y)
+    np.dot(Wo.T, gWoU, gU)  # U also reaches the logits through WoU = Wo @ U
+    for k in range(d):
+        for c in range(V):
+            gW[k, 3 * d + c] += gU[k, c]
+    G[o_W:o_Wo] = gW.reshape(d * Y)
+    np.dot(gWoU, U.T, gWo)
+    G[o_Wo:o_Wo + d * d] = gWo.reshape(d * d)
+    np.dot(gA, W.T, gX)  # (nX, d)
+    G[:o_W] = 0  # sinusoidal rows are fixed; APE rows past L get no gradient
+    for r in range(V if fixed else nX):
+        G[r * d:(r + 1) * d] = gX[r]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+def step_in(buf, x, target, setup, out, work):
+    """``table_step`` in the working arrays ``work`` (``StepArrays``): member after member, the blocks above."""
+    for s in range(x.shape[0]):
+        p, xs, ts = buf[s], x[s], target[s]
+        _project(p, setup, work)
+        _logit_table(setup, work)
+        _attention(xs, setup, work)
+        _logits(xs, setup, work)
+        out.loglik[s], out.correct[s] = _loss(ts, setup, work)
+        _backward_logits(xs, setup, work)
+        _backward_softmax(xs, setup, work)
+        _backward_table(setup, work)
+        _backward_projections(p, out.grad[s], setup, work)
