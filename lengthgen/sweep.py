@@ -62,7 +62,7 @@ SWEEPS = PACKAGE.parent / "sweeps" if (PACKAGE.parent / "sweeps").is_dir() else 
 MAX_MEMBERS = 24  # runs per batched ensemble: a step costs about members x one member, so smaller ensembles
 # lose little and keep every worker of a pool busy
 SPLIT_MEMBERS = 10  # ensembles without weight decay are cut to this size (``plan``): smaller jobs balance the
-# workers' queue. A member-step costs the same at 5, 10 and 20 members with the compiled step (fused.py); with the
+# workers' queue. A member-step costs the same at 5, 10 and 20 members with the compiled step (engine/); with the
 # torch step before it, 10 cost 7-14% less per member than 20 (CPU time, one thread, sizes alternated, 2026-12-03)
 
 

@@ -29,8 +29,9 @@ def sample_tokens(vocab: int, batch: int, length: int, gen: torch.Generator) -> 
     return torch.randint(vocab, (batch, length), generator=gen)
 
 
-def target_index(length: int, offset: int) -> int:
-    """The 0-indexed position of the target in a sequence of ``length`` tokens at offset K: L-1-K."""
+def target_index(length: int, offset: int | torch.Tensor) -> int | torch.Tensor:
+    """The 0-indexed position of the target in a sequence of ``length`` tokens at offset K: L-1-K (elementwise
+    for a tensor of offsets, one per ensemble member)."""
     return length - 1 - offset
 
 

@@ -34,7 +34,7 @@ from .config import Config, ConfigError, usable_cores
 from .model import Layout, Model, log_likelihood
 from .optim import Optimizer
 from .tables import TableStep, applies
-from .task import TrainStream
+from .task import TrainStream, target_index
 
 
 def steady_heap(threshold: int = 128 * 1024) -> bool:
@@ -406,9 +406,11 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                 length = tokens.shape[-1]
                 one = members.shared_offset
                 if one is not None:
-                    target = tokens[..., length - 1 - one:length - one]  # (n, B, 1)
+                    at = target_index(length, one)
+                    target = tokens[..., at:at + 1]  # (n, B, 1)
                 else:
-                    target = tokens.gather(-1, (length - 1 - members.offsets).view(n, 1, 1).expand(n, B, 1))
+                    at = target_index(length, members.offsets)  # (n,)
+                    target = tokens.gather(-1, at.view(n, 1, 1).expand(n, B, 1))
                 loglik, correct, grad = step_fn(opt.params, tokens, target)
                 opt.step(grad)
             loglik, correct = loglik[None], correct[None]

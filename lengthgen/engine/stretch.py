@@ -38,7 +38,7 @@ def train_steps(n, buf, xs, offsets, setup, adam, t0, history):
         x = xs[k % xs.shape[0]]
         for s in range(S):
             for i in range(B):
-                target[s, i] = x[s, i, L - 1 - offsets[s]]
+                target[s, i] = x[s, i, L - 1 - offsets[s]]  # task.target_index, in compiled code
         step_in(buf, x, target, setup, out, work)
         adam_step(buf, out.grad, adam, t0 + k + 1)
         history.loglik[k] = out.loglik

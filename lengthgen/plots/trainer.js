@@ -383,7 +383,7 @@
     }
 
     function adamStep(c, state, p, G, rows) {
-        // One AdamW step in place, as lengthgen.optim / fused.adam_step: decay p <- p - lr wd p on the decayed
+        // One AdamW step in place, as lengthgen.optim.adam_step: decay p <- p - lr wd p on the decayed
         // parameters first, then p <- p - lr m_hat / (sqrt(v_hat) + eps). ``rows``: the APE rows updated (those
         // trained; the others get no gradient and, without decay on the tables, never move)
         state.t += 1;
