@@ -53,7 +53,7 @@ ON_DECAY_BOUND = 0.1
 
 FORECAST_ERROR = 0.05
 """"The forecast before training predicts": its mean absolute accuracy error over 2x-8x at most this
-(``forecast.score_numbers``' ``meets``)."""
+(``chapters.ch10b_prediction.score_numbers``' ``meets``)."""
 
 REACHABLE_DECADES = 2.0
 """"Still approaching" (``limit_path.approach_sentence``): the last decade's rate would reach ``MAX_MARGIN`` within

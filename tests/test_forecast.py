@@ -1,4 +1,5 @@
-"""The prediction before training (lengthgen.forecast): the limit prediction on hand-solved kernels."""
+"""The prediction before training (lengthgen.forecast): the limit prediction on hand-solved kernels; the chapter's
+readings of the scores (lengthgen.chapters.ch10b_prediction) on the same hand-made rows."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from lengthgen import ConfigError
 from lengthgen import forecast as fc
+from lengthgen.chapters import ch10b_prediction as page
 from lengthgen.maxmargin import MaxMargin, hard_margin, kernel_constraints, solve
 
 
@@ -149,11 +151,11 @@ def test_the_scores_on_hand_made_rows() -> None:
     seeds = fc.seed_scores(rows, lead_bar=1.0)
     assert seeds["rho"][1] == pytest.approx(-1.0) and seeds["std_small"][1] == pytest.approx(0.3)
     assert seeds["std_large"][1] == pytest.approx(0.05) and np.isnan(seeds["std_small"][0])
-    text = fc.seed_reading(rows, [1, 8])  # the second multiple is 8x: one row has a lead under 1 logit
+    text = page.seed_reading(rows, [1, 8])  # the second multiple is 8x: one row has a lead under 1 logit
     assert "-1.00" in text and "The 1 configurations with a lead under 1 logit have a mean standard deviation of 0.300" in text
     limit = [{"reach": {"l2": None, "linf": None, "pairs": 40}}, {"reach": {"l2": None, "linf": None, "pairs": None}}]
-    assert fc.limit_reading(limit).startswith("In the limit, then, the account predicts that every rule keeps the target")
-    assert "1 settings (l2)" in fc.limit_reading([{"reach": {"l2": 30, "linf": None}}])
+    assert page.limit_reading(limit).startswith("In the limit, then, the account predicts that every rule keeps the target")
+    assert "1 settings (l2)" in page.limit_reading([{"reach": {"l2": 30, "linf": None}}])
 
 
 def test_lead_is_the_targets_lead_in_logits() -> None:
