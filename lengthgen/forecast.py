@@ -25,7 +25,8 @@ Three predictions, none reading a trained model or a trained result:
 trained records afterwards, and the scores (mean absolute error by length, within-rule Spearman, yes/no verdicts
 at every bar) are set against two baselines: each rule's mean accuracy on the development grid, and the
 development grid's mean over all rules (a predictor that ignores the rule).
-What chapter 10b shows of all this (tables, cited numbers, readings) is built in ``lengthgen.chapters.ch10b_prediction``.
+What chapter 10b shows of all this (tables, cited numbers, readings) is built in
+``lengthgen.chapters.ch10b_prediction``.
 
 Shapes: d kernel coefficients (2 x the RoPE pairs), n lengths, S seeds.
 """

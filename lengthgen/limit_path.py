@@ -11,6 +11,9 @@ a fixed set small enough to memorise is fitted through the tokens' content, a la
 
 ``max_abs`` records the largest parameter, which AdamW's weight decay bounds by 1/lambda (Xie & Li 2024).
 
+What chapter 10 shows of all this (verdicts, tables, curves, cited numbers) is built in
+``lengthgen.chapters.ch10_selection``.
+
 Shapes: S members (seeds), d model width (= 2 x the number of RoPE pairs), n checkpoints.
 """
 
@@ -24,7 +27,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .compare import paired_change, spread
 from .config import Config, ConfigError
 from .kernel import PairSpectrum, pair_spectrum
 from .encodings import rope_frequencies
@@ -33,9 +35,8 @@ from .model import Model
 from .optim import Optimizer
 from .tables import TableStep
 from .task import TrainStream, target_index
-from .thresholds import FITTED_RATIO, MAX_MARGIN, ON_DECAY_BOUND, POSITION_SHARE, REACHABLE_DECADES
+from .thresholds import MAX_MARGIN
 from .train import Trained, cpu_threads, train
-from .uncertainty import standard_error
 
 
 def kernel_coefficients(model: Model) -> np.ndarray:
@@ -193,11 +194,6 @@ def scheduled_train(c: Config, seeds: Sequence[int], power: float, eps: float | 
     return Trained(model, c, list(seeds), loss, acc, np.full(len(seeds), c.steps), time.perf_counter() - start)
 
 
-def _spread(x: np.ndarray) -> str:
-    """``compare.spread`` over seeds, or the one value when there is one seed."""
-    return spread(x) if len(x) > 1 else f"{float(x[0]):.3f}"
-
-
 def seed_agreement(w: np.ndarray) -> np.ndarray:
     """(S (S-1) / 2,) cosines between the directions (S, d) of every pair of seeds."""
     S = len(w)
@@ -287,123 +283,7 @@ def approaches(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMa
     return out
 
 
-def approach_sentence(a: Approach) -> str:
-    """One rule's verdict in words: it reaches the closest geometry (margin ratio >= target); it was still fitting the
-    window when the last decade began (margin ratio below ``FITTED_RATIO``: a rate from there says nothing about the
-    limit); it is still approaching the
-    geometry (its last decade's rate would get there within ``REACHABLE_DECADES`` more decades of steps); or it
-    approaches none at the rate measured."""
-    g, r = a.geometry, a.ratio[a.geometry]
-    where = f"{g} (margin ratio {r:.3f}, cosine {a.cos[g]:.3f})"
-    if r >= a.target:
-        return f"{a.rule} reaches {where}"
-    rate = f"{a.ratio_slope[g]:+.4f} a decade"
-    if a.ratio_start[g] < FITTED_RATIO:
-        return (f"{a.rule} was still fitting the window when its last decade began (margin ratio {a.ratio_start[g]:.3f} "
-                f"then), so its rate, {rate}, says nothing yet about a limit; it ends closest to {where}")
-    if a.decades <= REACHABLE_DECADES:
-        return f"{a.rule} is still approaching {where}, gaining {rate}: about {a.decades:.1f} more decades of steps to {a.target:g}"
-    need = f"{a.decades:.0f} more decades of steps to {a.target:g} at that rate" if np.isfinite(a.decades) else "not gaining"
-    return f"{a.rule} approaches no geometry at the rate measured: closest to {where}, gaining {rate} ({need})"
-
-
-def limit_verdict(found: Mapping[str, Approach]) -> str:
-    """The sentence the chapter prints from ``approaches``: one clause per rule."""
-    return "; ".join(approach_sentence(a) for a in found.values()) + "."
-
-
-def limit_header(geometries: Sequence[str]) -> list[str]:
-    """The columns of ``limit_rows``."""
-    return (["rule", "recipe", "final loss", "position share"]
-            + [f"{g}: cosine / margin ratio (gain a decade)" for g in geometries] + ["seed to seed"])
-
-
-def limit_rows(paths: Mapping[str, DirectionPath], found: Mapping[str, Approach]) -> list[list[str]]:
-    """One formatted row (``limit_header``) per rule: recipe, final loss, position share, and per geometry the final
-    cosine / margin ratio with the ratio's gain over the last decade of steps; seed to seed."""
-    return [[name, p.recipe, f"{np.nanmean(p.trained.loss[-1]):.1e}", f"{found[name].share:.3f}"]
-            + [f"{a.cos[g]:.3f} / {a.ratio[g]:.3f} ({a.ratio_slope[g]:+.3f})" for g in a.cos]
-            + [f"{a.agree:.3f}"] for name, p in paths.items() for a in [found[name]]]
-
-
-def scan_header(geometries: Sequence[str]) -> list[str]:
-    """The columns of ``scan_rows``."""
-    return (["N (training sequences)", "final loss", "training accuracy", "held-out accuracy 1x", "position share"]
-            + [f"cosine to {g}" for g in geometries] + ["seconds per step"])
-
-
-def scan_rows(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.ndarray],
-              solutions: Mapping[str, MaxMargin]) -> list[list[str]]:
-    """One formatted row (``scan_header``) per training-set size: final loss, training accuracy, held-out accuracy
-    at the training length (``heldout[N]`` (S,)), position share and the cosine to every geometry (each
-    ``compare.spread`` over seeds), and the measured seconds per step and seed."""
-    return [[f"{N}", f"{np.nanmean(p.trained.loss[-1]):.1e}", _spread(p.trained.accuracy[-1]), _spread(heldout[N]),
-             _spread(p.share[-1])] + [_spread(p.cosines(s.w)[-1]) for s in solutions.values()]
-            + [f"{p.seconds_per_step * 1e3:.1f} ms"] for N, p in scan.items()]
-
-
-def path_frames(paths: Mapping[str, DirectionPath], solutions: Mapping[str, MaxMargin],
-                random: float) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    """The along-training figure's data (``plots.sweep_lines``): rule -> curve -> (steps, mean, standard error):
-    the cosine to every geometry after the initialisation, the seed-to-seed cosine, the position share, and the
-    flat ``random`` level."""
-    frames = {}
-    for name, p in paths.items():
-        cos = {g: p.cosines(s.w) for g, s in solutions.items()}  # (n, S) each
-        frames[name] = {f"cosine to {g}": (p.steps[1:], c[1:].mean(1), standard_error(c[1:], axis=1))
-                        for g, c in cos.items()}
-        if p.w.shape[1] > 1:
-            frames[name]["seed to seed"] = (p.steps[1:], np.array([seed_agreement(w).mean() for w in p.w[1:]]),
-                                            np.zeros(len(p.steps) - 1))
-        frames[name]["position share"] = (p.steps[1:], p.share[1:].mean(1), standard_error(p.share[1:], axis=1))
-        frames[name]["random direction (95% of |cosine|)"] = (p.steps[[1, -1]], np.full(2, random), np.zeros(2))
-    return frames
-
-
-def limit_numbers(scan: Mapping[int, DirectionPath], heldout: Mapping[int, np.ndarray],
-                  found: Mapping[str, Approach], share_bar: float = POSITION_SHARE) -> dict[str, str | float | int]:
-    """What the prose cites: the smallest and largest N of the scan with their position share and held-out accuracy
-    (``small_*``, ``large_*``), the smallest N whose position share reaches ``share_bar`` (``share_n``; "none" when
-    none does), the rules that reach a geometry (``reached``, "none" when none does) and the closest rule with its
-    geometry, margin ratio and cosine (``closest_*``)."""
-    sizes = sorted(scan)
-    share = {N: float(scan[N].share[-1].mean()) for N in sizes}
-    over = [N for N in sizes if share[N] >= share_bar]
-    top = max(found.values(), key=lambda a: a.ratio[a.geometry])
-    reached = [a.rule for a in found.values() if a.ratio[a.geometry] >= a.target]
-    return {"small_n": sizes[0], "small_share": share[sizes[0]], "small_heldout": float(heldout[sizes[0]].mean()),
-            "large_n": sizes[-1], "large_share": share[sizes[-1]], "large_heldout": float(heldout[sizes[-1]].mean()),
-            "share_bar": share_bar, "share_n": over[0] if over else "none",
-            "reached": ", ".join(reached) if reached else "none", "closest_rule": top.rule,
-            "closest_geometry": top.geometry, "closest_ratio": top.ratio[top.geometry], "closest_cos": top.cos[top.geometry]}
-
-
-def share_drift(paths: Mapping[str, DirectionPath]) -> dict[str, str | float]:
-    """The rule whose position share ends lowest (``drift_rule``), that final share and the highest it had along
-    training (``drift_final``, ``drift_peak``; means over seeds): a share that falls late means the content part is
-    fitting what position left, so the set is not large enough to keep position the only rule at that horizon."""
-    final = {name: float(p.share[-1].mean()) for name, p in paths.items()}
-    rule = min(final, key=final.get)
-    return {"drift_rule": rule, "drift_final": final[rule], "drift_peak": float(paths[rule].share.mean(1).max())}
-
-
-def full_scale_hours(seconds_per_step: float, steps: int, runs: int) -> float:
-    """Hours of one CPU thread for ``runs`` runs (rules x seeds) of ``steps`` steps at ``seconds_per_step`` each."""
-    return seconds_per_step * steps * runs / 3600
-
-
 # Weight decay: AdamW's bound 1/lambda -------------------------------------------------------------------------
-
-def decay_verdict(ratios: Sequence[float], tolerance: float = ON_DECAY_BOUND) -> str:
-    """A sentence on whether the largest parameter sits at AdamW's bound 1/lambda: ``ratios`` are the final
-    max |p| x lambda per decay setting; within ``tolerance`` of 1 counts as on the bound."""
-    r = np.asarray(ratios, dtype=np.float64)
-    on, above = int((np.abs(r - 1) <= tolerance).sum()), int((r > 1 + tolerance).sum())
-    below = len(r) - on - above
-    parts = [f"{n} of {len(r)} settings {what}" for n, what in
-             ((on, f"sit on the bound (within {tolerance:.0%})"), (above, "exceed it"), (below, "stay below it")) if n]
-    return "; ".join(parts).capitalize() + "."
-
 
 def bound_ratios(decayed: Mapping[float, DirectionPath]) -> dict[float, np.ndarray]:
     """weight decay lambda -> (n, S) the largest |parameter| over AdamW's bound 1/lambda at every checkpoint."""
@@ -419,51 +299,3 @@ def bound_drift(p: DirectionPath) -> float:
     """How much the largest parameter still moved between the last two checkpoints, relative to its final value
     (mean over seeds): near 0 once a run has settled, as the bound 1/lambda presumes (it holds at a limit point)."""
     return float(np.mean(np.abs(p.max_abs[-1] - p.max_abs[-2]) / p.max_abs[-1]))
-
-
-def decay_header(geometries: Sequence[str]) -> list[str]:
-    """The columns of ``decay_rows``."""
-    return (["lambda", "1/lambda", "lambda x lr x steps", "largest |parameter|", "its ratio to 1/lambda",
-             "accuracy 1x", "accuracy 8x"] + [f"cosine to {g}" for g in geometries])
-
-
-def decay_rows(decayed: Mapping[float, DirectionPath], accuracy: Mapping[float, np.ndarray],
-               solutions: Mapping[str, MaxMargin], lr: float, steps: int) -> list[list[str]]:
-    """One formatted row (``decay_header``) per weight decay lambda of AdamW runs at ``lr`` for ``steps``: the bound
-    1/lambda, lambda x lr x steps, the final largest |parameter| and its ratio to the bound, accuracy at 1x and 8x
-    (``accuracy[lambda]`` (2, S)) and the final cosine to every geometry, each as ``compare.spread`` over seeds."""
-    ratios = bound_ratios(decayed)
-    return [[f"{wd:g}", f"{1 / wd:g}", f"{wd * lr * steps:g}", spread(p.max_abs[-1]), spread(ratios[wd][-1]),
-             spread(accuracy[wd][0]), spread(accuracy[wd][1])] + [spread(p.cosines(s.w)[-1]) for s in solutions.values()]
-            for wd, p in decayed.items()]
-
-
-def decay_frames(decayed: Mapping[float, DirectionPath]) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
-    """The weight-decay figure's data (``plots.sweep_lines``): per lambda, the largest |parameter| along training
-    (mean and standard error over seeds, after the initialisation) and the flat bound 1/lambda."""
-    frames = {}
-    for wd, p in decayed.items():
-        sem = standard_error(p.max_abs, axis=1)
-        frames[f"lambda = {wd:g}"] = {"largest |parameter|": (p.steps[1:], p.max_abs[1:].mean(1), sem[1:]),
-                                      "1 / lambda": (p.steps[[1, -1]], np.full(2, 1 / wd), np.zeros(2))}
-    return frames
-
-
-def decay_numbers(decayed: Mapping[float, DirectionPath], accuracy: Mapping[float, np.ndarray], lr: float,
-                  steps: int) -> dict[str, str | float]:
-    """What the prose cites on weight decay, under the chapter's names. ``accuracy``: lambda -> (2, S) accuracy at
-    1x and 8x, with lambda = 0 the run without decay. The smallest lambda x lr x steps (``decay_time_min``), the
-    range of final ratios to the bound (``decay_ratio_range``), accuracy at 8x without and with decay
-    (``nodecay_8x``, ``decay_8x``), the decay that raised it most over the same seeds with its paired change and
-    verdict (``decay_best*``), and how much the largest parameter still moved over the last checkpoint
-    (``decay_drift``, relative, the range over lambdas)."""
-    ratios = final_ratios(decayed)
-    changes = {wd: paired_change(accuracy[0.0][1], accuracy[wd][1]) for wd in decayed}
-    top = max(decayed, key=lambda wd: changes[wd].mean)
-    drift = [bound_drift(p) for p in decayed.values()]
-    return {"decay_time_min": min(wd * lr * steps for wd in decayed),
-            "decay_ratio_range": f"{min(ratios):.2f} to {max(ratios):.2f}",
-            "nodecay_8x": spread(accuracy[0.0][1]),
-            "decay_8x": "; ".join(f"lambda {wd:g}: {spread(accuracy[wd][1])}" for wd in decayed),
-            "decay_best": f"{top:g}", "decay_best_change": f"{changes[top].mean:+.3f} ± {changes[top].sem:.3f}",
-            "decay_best_verdict": changes[top].verdict, "decay_drift": f"{min(drift):.1%} to {max(drift):.1%}"}

@@ -590,10 +590,10 @@ LADDER = {
                        RuleSettings("sign", 0.001, 20_000, "factorised")],
 }
 
-# Adam under and outside its theorem on the kernel rung (``adam_table``): the usual betas (0.9, 0.999), decaying
-# steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1, 1, 10}, each with
-# eps = 0 (the theorem's) and 1e-8 (the default), 1e6 steps. eta_0 per a keeps the margin inside float64's range
-# at 1e6 steps while it still grows.
+# Adam under and outside its theorem on the kernel rung (``chapters.ch10_selection.adam_table``): the usual betas
+# (0.9, 0.999), decaying steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1,
+# 1, 10}, each with eps = 0 (the theorem's) and 1e-8 (the default), 1e6 steps. eta_0 per a keeps the margin inside
+# float64's range at 1e6 steps while it still grows.
 ADAM_TABLE = [RuleSettings("adam", lr, 1_000_000, eps=eps, power=a)
               for lr, a in [(0.01, 0.5), (0.03, 0.7), (0.3, 1.0), (1e-4, 0.0), (1e-3, 0.0), (1e-2, 0.0)]
               for eps in (0.0, 1e-8)]
@@ -612,8 +612,8 @@ def ladder(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float =
 def adam_runs(rung: Rung, recipes: list[RuleSettings] | None = None, scale: float = 1.0, seeds=(0, 1),
               progress: bool = False) -> list[Trajectory]:
     """``run`` every recipe (default ``ADAM_TABLE``) on ``rung``, horizons times ``scale``, with three checkpoints a
-    decade, so that every power of ten up to a horizon that is one is a checkpoint (``adam_table``'s columns);
-    ``progress``: a tqdm bar over the recipes."""
+    decade, so that every power of ten up to a horizon that is one is a checkpoint (the columns of
+    ``chapters.ch10_selection.adam_table``); ``progress``: a tqdm bar over the recipes."""
     recipes = ADAM_TABLE if recipes is None else recipes
     out = []
     for r in tqdm(recipes, desc="Adam table", unit="run", disable=not progress):
@@ -658,64 +658,11 @@ def rate(tr: Trajectory, geometry: str) -> float:
     return float((ratio[-1] - ratio[i]) / span) if span > 0 else float("nan")
 
 
-# The ladder's table and the numbers read from it ----------------------------------------------------------------
+# Whether a rule reached its own geometry ---------------------------------------------------------------------------
 
 def reached(row: dict) -> bool:
     """Whether a ``summary`` row's rule reached its own geometry, by the cosine or by the margin ratio."""
     return bool(row["reached_own"] or row["own_margin"])
-
-
-def label(row: dict) -> str:
-    """A ``summary`` row's short name: the rule, ", factorised", and Adam's schedule and eps."""
-    out = row["rule"] + (", factorised" if row["parametrisation"] == "factorised" else "")
-    if row["rule"] == "adam":
-        step = f"{row['lr']:g} (t+2)^-{row['power']:g}" if row["power"] else f"lr {row['lr']:g}"
-        out += f", {step}, eps {row['eps']:g}"
-    return out
-
-
-def ladder_rows(runs: list[Trajectory], rung: Rung) -> list[dict]:
-    """``summary`` of each run of ``ladder(rung, ...)`` with its short ``label``."""
-    return [{**summary(tr, rung), "label": label(summary(tr, rung))} for tr in runs]
-
-
-def ladder_header(rung: Rung) -> list[str]:
-    """The columns of ``ladder_table`` for ``rung``'s geometries."""
-    return (["rule", "lr", "steps", "its geometry"] + [f"cosine to {g}" for g in rung.geometries]
-            + ["margin ratio (own)", "gain per decade", "random (mean |cos|)", "seed to seed", "reached its own",
-               "seconds"])
-
-
-def ladder_table(rows: list[dict], rung: Rung) -> list[list[str]]:
-    """One formatted row (``ladder_header``) per ``ladder_rows`` row: the cosine to every geometry at the end, the
-    margin ratio to the rule's own geometry and its gain per decade of steps (``rate``), the largest random
-    baseline, seed to seed, reached or not (with "outside its conditions" / "by analogy" for Adam), seconds."""
-    geos = rung.geometries
-    note = {"theorem": "", "outside": " (outside its theorem)", "analogy": " (by analogy)"}
-
-    def verdict(r: dict) -> str:
-        return "-" if r["own"] is None else ("yes" if reached(r) else "no") + note[r["conditions"]]
-
-    return [[r["label"], f"{r['lr']:g}", str(r["steps"]), r["own"] or "not derived"]
-            + [f"{r[f'cos_{g}']:.3f}" for g in geos]
-            + ["-" if r["own"] is None else f"{r['ratio_' + r['own']]:.3f}",
-               "-" if r["own"] is None else f"{r['rate']:+.3f}"]
-            + [f"{max(r[f'random_{g}'] for g in geos):.2f}", f"{r['seed_to_seed']:.3f}", verdict(r),
-               f"{r['seconds']:.1f}"]
-            for r in rows]
-
-
-def ladder_numbers(rows: list[dict]) -> dict[str, int | str]:
-    """Over the rules that have a geometry of their own and run inside the conditions of its result (or by analogy):
-    how many there are (``named``), how many reached it (``reached``), and the others with their steps, cosine and
-    margin ratio (``missed``, "none" when none); runs outside their result's conditions are counted apart
-    (``outside``: their labels)."""
-    named = [r for r in rows if r["own"] is not None and r["conditions"] != "outside"]
-    missed = [f"{r['label']} ({r['steps']} steps: cosine {r['cos_' + r['own']]:.3f}, margin ratio "
-              f"{r['ratio_' + r['own']]:.3f})" for r in named if not reached(r)]
-    outside = [r["label"] for r in rows if r["conditions"] == "outside"]
-    return {"reached": sum(reached(r) for r in named), "named": len(named), "missed": "; ".join(missed) or "none",
-            "outside": "; ".join(outside) or "none"}
 
 
 # Adam under its theorem and outside it -----------------------------------------------------------------------------
@@ -766,107 +713,3 @@ def adam_course(tr: Trajectory) -> str:
 def decades(steps: np.ndarray) -> list[int]:
     """The checkpoints of ``steps`` that are powers of ten from 100 on."""
     return [int(s) for s in steps if s >= 100 and np.isclose(np.log10(s), round(np.log10(s)))]
-
-
-def adam_table_header(steps: np.ndarray) -> list[str]:
-    """The columns of ``adam_table`` for checkpoints ``steps``."""
-    return (["step size", "eps"] + [f"t = {t:.0e}".replace("e+0", "e") for t in decades(steps)]
-            + ["cosine to linf", "cosine to l2", "largest update / step", "median sqrt(v_hat) / eps", "ends by"])
-
-
-def adam_table(runs: list[Trajectory]) -> list[list[str]]:
-    """One row per Adam run on the kernel rung (``ADAM_TABLE``): its schedule and eps, the l-infinity margin ratio
-    (mean over seeds) at every power of ten of steps, the last cosines to the l-infinity and L2 solutions, the
-    anatomy at the end (``adam_numbers``) and what decides where it ends (``adam_course``)."""
-    rows = []
-    for tr in runs:
-        n = adam_numbers(tr)
-        at = [int(np.flatnonzero(tr.steps == t)[0]) for t in decades(tr.steps)]
-        step = f"{tr.lr:g} (t+2)^-{tr.power:g}" if tr.power else f"{tr.lr:g} (lr / (1 - b2) = {tr.lr / 1e-3:g})"
-        rows.append([step, f"{tr.eps:g}"] + [f"{tr.margin_ratio['linf'][:, i].mean():.3f}" for i in at]
-                    + [f"{tr.cosine['linf'][:, -1].mean():.3f}", f"{tr.cosine['l2'][:, -1].mean():.3f}",
-                       f"{n['update_max']:.2g}", "-" if not tr.eps else f"{n['median_over_eps']:.2g}", adam_course(tr)])
-    return rows
-
-
-def adam_table_numbers(runs: list[Trajectory]) -> dict[str, float | str]:
-    """The numbers the prose cites from ``adam_table``'s runs: the best l-infinity margin ratio at the end under
-    the theorem's conditions (decaying step, eps = 0: ``theorem_best`` with its schedule ``theorem_best_schedule``)
-    and outside them (constant step: ``constant_best``, ``constant_best_schedule``); the same decaying schedules
-    with eps = 1e-8 (``theorem_eps_best``); and how many runs end by each cause (``by_eps``, ``by_memory``,
-    ``by_step``, ``by_range``; for a run that ends at float64's range, what held it before: ``adam_course``)."""
-    def best(keep) -> tuple[float, str]:
-        chosen = [tr for tr in runs if keep(tr)]
-        if not chosen:
-            return float("nan"), "none"
-        tr = max(chosen, key=lambda t: t.margin_ratio["linf"][:, -1].mean())
-        return float(tr.margin_ratio["linf"][:, -1].mean()), (f"{tr.lr:g} (t+2)^-{tr.power:g}" if tr.power
-                                                               else f"lr {tr.lr:g}")
-
-    theorem = best(lambda t: t.power > 0 and t.eps == 0)
-    constant = best(lambda t: t.power == 0)
-    with_eps = best(lambda t: t.power > 0 and t.eps > 0)
-    ends = [adam_course(tr).split(", then")[0] for tr in runs]
-    return {"theorem_best": theorem[0], "theorem_best_schedule": theorem[1], "constant_best": constant[0],
-            "constant_best_schedule": constant[1], "theorem_eps_best": with_eps[0],
-            "by_eps": ends.count("eps"), "by_memory": ends.count("memory of v"), "by_step": ends.count("step size"),
-            "by_range": ends.count("float64 range"), "steps": int(runs[0].steps[-1])}
-
-
-def adam_reading(tr: Trajectory) -> str:
-    """What Adam's update at the end of ``tr`` is and what keeps it from l-infinity's limit (markdown with math).
-
-    Zhang, Zou & Cao (2024) prove the l-infinity limit for full-batch Adam with its usual betas, a decaying step
-    size eta_t = Theta(t^-a), a in (0, 1], and eps neglected: no condition beta2 = beta1. What the decaying step buys
-    is that eventually the iterate moves little within v's memory of ~1/(1 - beta2) steps, so that v follows the
-    current, shrinking gradient and the update is sign-like. The reading says which of eps (``adam_ends``), v's
-    memory, or the step size decides the run, with the numbers of ``adam_numbers``."""
-    n = adam_numbers(tr)
-    ends = adam_ends(tr)
-    inside = tr.power > 0 and tr.eps == 0
-    if ends != "eps" and n["median_over_eps"] < 10:
-        return adam_reading_eps_order(tr, inside)
-    where = ("This run is inside the conditions of the $\\ell_\\infty$ result (decaying step, $\\epsilon = 0$). "
-             if inside else "This run is outside the conditions of the $\\ell_\\infty$ result, which asks for a "
-             "decaying step size and a negligible $\\epsilon$ (with the usual $\\beta$s). ")
-    if ends == "eps":
-        return where + ("Here $\\epsilon$ dominates the denominator: the update is close to $\\hat m/\\epsilon$, "
-                        "a momentum form of gradient descent with step $\\mathrm{lr}/\\epsilon$, whose geometry is "
-                        "$\\ell_2$'s, not the sign-like step behind the $\\ell_\\infty$ limit.")
-    if ends == "float64 range":
-        return where + ("Here the margin has grown so far that the squared gradient is near float64's smallest "
-                        "numbers: $\\hat v$ no longer resolves it, and the run stops being Adam's arithmetic.")
-    if ends == "memory of v":
-        return where + (f"Here $\\epsilon$ is not what holds Adam back: the largest update is {n['update_max']:.2g} "
-                        "of the step size, well below sign descent's 1. $\\hat v$ averages the squared gradient over "
-                        "about $1/(1-\\beta_2) = 1000$ steps, while the loss, and with it the gradient, keeps shrinking; "
-                        "each coordinate is divided by an older, larger gradient scale. The step moves the iterate by "
-                        f"{n['lr_over_memory']:.2g} within that memory: a decaying step makes this small, which is "
-                        "what the theorem's schedule is for.")
-    return where + (f"Here the update is sign-like (the largest is {n['update_max']:.2g} of the step size): "
-                    "$\\hat v$ follows the current gradient, and how far the direction has come toward "
-                    "$\\ell_\\infty$'s is set by the sum of the step sizes.")
-
-
-def adam_reading_eps_order(tr: Trajectory, inside: bool) -> str:
-    """``adam_reading`` where eps and the median sqrt(v_hat) are of one order (within a factor 10)."""
-    return ("This run is " + ("inside" if inside else "outside") + " the conditions of the $\\ell_\\infty$ result. "
-            "Here $\\epsilon$ and $\\sqrt{\\hat v}$ are of the same order: the update is neither sign-like nor "
-            "gradient-like.")
-
-
-def kernel_rung_numbers(rows: list[dict], rung: Rung) -> dict[str, float]:
-    """The kernel rung's numbers the prose cites: Adam at the book's constant step (``adam_default``,
-    ``adam_default_l2``: cosines to l-infinity and L2; ``adam_default_ratio``: its l-infinity margin ratio) and
-    under its theorem (``adam_theorem``, ``adam_theorem_ratio``), sign descent on the factors against
-    ``factors_linf`` and against l-infinity on w (``sign_factors_ratio``, ``sign_factors_linf_ratio``), and how
-    close the solutions are to each other (``linf_l2``, ``pairs_l2``, ``factors_linf_linf``)."""
-    adam = {r["conditions"]: r for r in rows if r["rule"] == "adam" and r["parametrisation"] == "linear"}
-    sign = next(r for r in rows if r["rule"] == "sign" and r["parametrisation"] == "factorised")
-    return {"adam_default": adam["outside"]["cos_linf"], "adam_default_l2": adam["outside"]["cos_l2"],
-            "adam_default_ratio": adam["outside"]["ratio_linf"], "adam_theorem": adam["theorem"]["cos_linf"],
-            "adam_theorem_ratio": adam["theorem"]["ratio_linf"], "sign_factors_ratio": sign["ratio_factors_linf"],
-            "sign_factors_linf_ratio": sign["ratio_linf"],
-            "linf_l2": float(cosine(rung.solution("linf"), rung.solution("l2"))),
-            "pairs_l2": float(cosine(rung.solution("pairs"), rung.solution("l2"))),
-            "factors_linf_linf": float(cosine(rung.solution("factors_linf"), rung.solution("linf")))}

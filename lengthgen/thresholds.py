@@ -45,20 +45,21 @@ this (the selection ladder's ``reached_own``; a solution that is a face, not a p
 
 POSITION_SHARE = 0.9
 """"Position decides the logit" (chapter 10's training-set scan): the offset explains at least this share of the
-in-window logit variance (``kernel.position_share``; ``limit_path.limit_numbers``' ``share_n``)."""
+in-window logit variance (``kernel.position_share``; ``share_n`` of ``chapters.ch10_selection.limit_numbers``)."""
 
 ON_DECAY_BOUND = 0.1
 """"The largest parameter sits at AdamW's bound 1/lambda": max |p| x lambda within this of 1
-(``limit_path.decay_verdict``)."""
+(``chapters.ch10_selection.decay_verdict``)."""
 
 FORECAST_ERROR = 0.05
 """"The forecast before training predicts": its mean absolute accuracy error over 2x-8x at most this
 (``chapters.ch10b_prediction.score_numbers``' ``meets``)."""
 
 REACHABLE_DECADES = 2.0
-""""Still approaching" (``limit_path.approach_sentence``): the last decade's rate would reach ``MAX_MARGIN`` within
-this many more decades of steps (100x the steps)."""
+""""Still approaching" (``chapters.ch10_selection.approach_sentence``): the last decade's rate would reach
+``MAX_MARGIN`` within this many more decades of steps (100x the steps)."""
 
 FITTED_RATIO = 0.5
 """A rate measured from a margin ratio below this (the target ahead by less than half the optimum's margin per unit
-norm) describes the fit of the window, not the approach to a direction (``limit_path.approach_sentence``)."""
+norm) describes the fit of the window, not the approach to a direction
+(``chapters.ch10_selection.approach_sentence``)."""

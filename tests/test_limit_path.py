@@ -8,6 +8,7 @@ import torch
 
 from lengthgen import Config, ConfigError, train
 from lengthgen import limit_path as lp
+from lengthgen.chapters import ch10_selection as page
 from lengthgen.maxmargin import solve
 from lengthgen.model import Model
 
@@ -131,21 +132,21 @@ def test_approaches_read_the_final_checkpoint_in_each_geometry(path, solutions) 
     assert a.share == pytest.approx(float(path.share[-1].mean()))
     start = int(np.flatnonzero(path.steps >= path.steps[-1] / 10)[0])
     assert a.ratio_start["l2"] == pytest.approx(float(path.margin_ratios(solutions["l2"])[start].mean()))
-    rows = lp.limit_rows({"gd": path}, found)
-    assert len(rows[0]) == len(lp.limit_header(list(solutions))) and rows[0][1] == SMALL.recipe()
+    rows = page.limit_rows({"gd": path}, found)
+    assert len(rows[0]) == len(page.limit_header(list(solutions))) and rows[0][1] == SMALL.recipe()
     reached = lp.Approach("sign", "linf", {"linf": 0.999}, {"linf": 0.995}, {"linf": 0.0}, {"linf": 0.0}, {"linf": 0.9}, 0.9, 0.9, 0.99)
     none = lp.Approach("gd", "l2", {"l2": 0.6}, {"l2": 0.3}, {"l2": 0.0}, {"l2": -0.01}, {"l2": 0.6}, 0.9, 0.9, 0.99)
     slow = lp.Approach("ngd", "l2", {"l2": 0.95}, {"l2": 0.945}, {"l2": 0.0}, {"l2": 0.0009}, {"l2": 0.94}, 0.9, 0.9, 0.99)
     near = lp.Approach("adam", "pairs", {"pairs": 0.9}, {"pairs": 0.9}, {"pairs": 0.1}, {"pairs": 0.06}, {"pairs": 0.8}, 0.9, 0.9, 0.99)
-    verdict = lp.limit_verdict({"sign": reached, "gd": none, "ngd": slow, "adam": near})
+    verdict = page.limit_verdict({"sign": reached, "gd": none, "ngd": slow, "adam": near})
     assert verdict.startswith("sign reaches linf (margin ratio 0.995") and "gd approaches no geometry" in verdict
     assert "(not gaining)" in verdict and "ngd approaches no geometry" in verdict and "(50 more decades" in verdict
     assert "adam is still approaching pairs" in verdict and "about 1.5 more decades" in verdict
     fitting = lp.Approach("gd", "l2", {"l2": 0.86}, {"l2": 0.85}, {"l2": 3.0}, {"l2": 3.4}, {"l2": -0.5}, 0.8, 0.9, 0.99)
-    assert lp.approach_sentence(fitting).startswith("gd was still fitting the window when its last decade began")
+    assert page.approach_sentence(fitting).startswith("gd was still fitting the window when its last decade began")
     half = lp.Approach("gd", "l2", {"l2": 0.86}, {"l2": 0.85}, {"l2": 3.0}, {"l2": 3.4}, {"l2": 0.4}, 0.8, 0.9, 0.99)
-    assert "still fitting" in lp.approach_sentence(half)  # below FITTED_RATIO: the rate is the fit's
-    frames = lp.path_frames({"gd": path}, solutions, random=0.3)
+    assert "still fitting" in page.approach_sentence(half)  # below FITTED_RATIO: the rate is the fit's
+    frames = page.path_frames({"gd": path}, solutions, random=0.3)
     assert np.allclose(frames["gd"]["position share"][1], path.share[1:].mean(1))
     assert np.all(frames["gd"]["random direction (95% of |cosine|)"][1] == 0.3)
     level = lp.random_level(solutions, 0.95)
@@ -157,14 +158,14 @@ def test_limit_numbers_and_the_scan_table(path, solutions) -> None:
     heldout = {64: np.array([0.1, 0.2]), 1024: np.array([0.9, 1.0])}
     found = {"gd": lp.Approach("gd", "pairs", {"pairs": 0.97}, {"pairs": 0.95}, {"pairs": 0.01}, {"pairs": 0.02},
                                {"pairs": 0.9}, 0.9, 0.98, 0.99)}
-    numbers = lp.limit_numbers(scan, heldout, found, share_bar=2.0)
+    numbers = page.limit_numbers(scan, heldout, found, share_bar=2.0)
     assert numbers["share_n"] == "none" and numbers["small_heldout"] == pytest.approx(0.15)
     assert (numbers["closest_rule"], numbers["closest_geometry"], numbers["closest_ratio"]) == ("gd", "pairs", 0.95)
-    assert numbers["reached"] == "none" and lp.limit_numbers(scan, heldout, found, share_bar=0.0)["share_n"] == 64
-    rows = lp.scan_rows(scan, heldout, solutions)
-    assert [r[0] for r in rows] == ["64", "1024"] and all(len(r) == len(lp.scan_header(list(solutions))) for r in rows)
-    assert lp.full_scale_hours(0.036, 100_000, 10) == pytest.approx(10.0)
-    drift = lp.share_drift({"a": path, "b": path})
+    assert numbers["reached"] == "none" and page.limit_numbers(scan, heldout, found, share_bar=0.0)["share_n"] == 64
+    rows = page.scan_rows(scan, heldout, solutions)
+    assert [r[0] for r in rows] == ["64", "1024"] and all(len(r) == len(page.scan_header(list(solutions))) for r in rows)
+    assert page.full_scale_hours(0.036, 100_000, 10) == pytest.approx(10.0)
+    drift = page.share_drift({"a": path, "b": path})
     assert drift["drift_rule"] == "a" and drift["drift_final"] == pytest.approx(float(path.share[-1].mean()))
     assert drift["drift_peak"] == pytest.approx(float(path.share.mean(1).max())) and drift["drift_peak"] >= drift["drift_final"]
 
@@ -180,18 +181,18 @@ def decayed() -> dict:
 def test_the_weight_decay_report(decayed, solutions) -> None:
     accuracy = {0.0: np.array([[1.0, 1.0], [0.5, 0.6]]), 0.5: np.array([[1.0, 1.0], [0.7, 0.8]]),
                 1.0: np.array([[1.0, 1.0], [0.5, 0.5]])}
-    rows = lp.decay_rows(decayed, accuracy, solutions, SMALL.lr, SMALL.steps)
+    rows = page.decay_rows(decayed, accuracy, solutions, SMALL.lr, SMALL.steps)
     assert [r[:3] for r in rows] == [["0.5", "2", "0.2"], ["1", "1", "0.4"]]
-    assert all(len(r) == len(lp.decay_header(list(solutions))) for r in rows)
+    assert all(len(r) == len(page.decay_header(list(solutions))) for r in rows)
     p = decayed[0.5]
     assert lp.final_ratios(decayed)[0] == pytest.approx(float((p.max_abs[-1] * 0.5).mean()))
     assert lp.bound_drift(p) == pytest.approx(float((np.abs(p.max_abs[-1] - p.max_abs[-2]) / p.max_abs[-1]).mean()))
-    numbers = lp.decay_numbers(decayed, accuracy, SMALL.lr, SMALL.steps)
+    numbers = page.decay_numbers(decayed, accuracy, SMALL.lr, SMALL.steps)
     assert numbers["decay_best"] == "0.5" and numbers["decay_best_change"] == "+0.200 ± 0.000"
     assert numbers["nodecay_8x"] == "0.550 [0.500, 0.600]" and numbers["decay_time_min"] == pytest.approx(0.2)
     assert numbers["decay_8x"].startswith("lambda 0.5: 0.750 [0.700, 0.800]; lambda 1: ")
-    frames = lp.decay_frames(decayed)
+    frames = page.decay_frames(decayed)
     assert list(frames) == ["lambda = 0.5", "lambda = 1"]
     assert np.allclose(frames["lambda = 1"]["largest |parameter|"][1], decayed[1.0].max_abs[1:].mean(1))
-    assert lp.decay_verdict([1.02, 1.5, 0.5]) == ("1 of 3 settings sit on the bound (within 10%); "
+    assert page.decay_verdict([1.02, 1.5, 0.5]) == ("1 of 3 settings sit on the bound (within 10%); "
                                                   "1 of 3 settings exceed it; 1 of 3 settings stay below it.")

@@ -12,6 +12,7 @@ import torch
 from lengthgen import ConfigError
 from lengthgen import maxmargin as mm
 from lengthgen import selection as sel
+from lengthgen.chapters import ch10_selection as page
 from lengthgen.__main__ import main
 from lengthgen.optim import Optimizer
 
@@ -305,17 +306,17 @@ def short_ladder(kernel: sel.Rung) -> list[sel.Trajectory]:
 
 
 def test_ladder_rows_label_each_recipe(short_ladder, kernel: sel.Rung) -> None:
-    rows = sel.ladder_rows(short_ladder, kernel)
+    rows = page.ladder_rows(short_ladder, kernel)
     assert [r["label"] for r in rows][4:] == ["adam, lr 0.01, eps 1e-08", "adam, 0.01 (t+2)^-0.5, eps 0",
                                               "gd, factorised", "ngd, factorised", "sign, factorised"]
     assert [r["conditions"] for r in rows][4:6] == ["outside", "theorem"]
     assert rows[0] == {**sel.summary(short_ladder[0], kernel), "label": "gd"}
-    table = sel.ladder_table(rows, kernel)
-    assert all(len(r) == len(sel.ladder_header(kernel)) for r in table)
+    table = page.ladder_table(rows, kernel)
+    assert all(len(r) == len(page.ladder_header(kernel)) for r in table)
     for r, line in zip(rows, table):
         assert line[-2].startswith("-" if r["own"] is None else "yes" if sel.reached(r) else "no")
     assert table[4][-2].endswith("(outside its theorem)")
-    numbers = sel.kernel_rung_numbers(rows, kernel)
+    numbers = page.kernel_rung_numbers(rows, kernel)
     assert numbers["adam_default"] == rows[4]["cos_linf"] and numbers["adam_theorem"] == rows[5]["cos_linf"]
     assert numbers["sign_factors_ratio"] == rows[8]["ratio_factors_linf"]
     assert numbers["linf_l2"] == pytest.approx(float(mm.cosine(kernel.solution("linf"), kernel.solution("l2"))))
@@ -341,9 +342,9 @@ def test_ladder_numbers_count_the_rules_with_a_geometry_of_their_own() -> None:
              "cos_linf": 0.5, "ratio_linf": 0.25, "conditions": "outside"},
             {"own": None, "reached_own": None, "own_margin": None, "label": "signum", "steps": 10,
              "conditions": "theorem"}]
-    assert sel.ladder_numbers(rows) == {"reached": 2, "named": 3, "outside": "adam, lr 0.01",
+    assert page.ladder_numbers(rows) == {"reached": 2, "named": 3, "outside": "adam, lr 0.01",
                                         "missed": "adam (20 steps: cosine 0.500, margin ratio 0.250)"}
-    assert sel.ladder_numbers(rows[:2])["missed"] == "none" and sel.ladder_numbers(rows[:2])["outside"] == "none"
+    assert page.ladder_numbers(rows[:2])["missed"] == "none" and page.ladder_numbers(rows[:2])["outside"] == "none"
 
 
 def test_adams_reading_follows_its_anatomy(short_ladder) -> None:
@@ -359,30 +360,30 @@ def test_adams_reading_follows_its_anatomy(short_ladder) -> None:
     C = len(adam.steps)
     big, small = np.full((2, C), 1e-3), np.full((2, C), 1e-10)
     sign_like = dataclasses.replace(adam, adam_median=big, update_max=np.ones((2, C)))
-    assert sel.adam_ends(sign_like) == "step size" and "sign-like" in sel.adam_reading(sign_like)
+    assert sel.adam_ends(sign_like) == "step size" and "sign-like" in page.adam_reading(sign_like)
     held = dataclasses.replace(adam, adam_median=big, update_max=np.full((2, C), 0.1))
-    assert sel.adam_ends(held) == "memory of v" and "older, larger" in sel.adam_reading(held)
+    assert sel.adam_ends(held) == "memory of v" and "older, larger" in page.adam_reading(held)
     damped = dataclasses.replace(adam, adam_median=small, update_max=np.full((2, C), 0.1))
-    assert sel.adam_ends(damped) == "eps" and "dominates" in sel.adam_reading(damped)
+    assert sel.adam_ends(damped) == "eps" and "dominates" in page.adam_reading(damped)
     underflow = dataclasses.replace(theorem, adam_median=np.full((2, len(theorem.steps)), 1e-160))
-    assert sel.adam_ends(underflow) == "float64 range" and "smallest" in sel.adam_reading(underflow)
+    assert sel.adam_ends(underflow) == "float64 range" and "smallest" in page.adam_reading(underflow)
     T = len(theorem.steps)
     later = np.concatenate([np.full((2, T - 2), 1e-3), np.full((2, 2), 1e-160)], 1)
     held_then_range = dataclasses.replace(theorem, adam_median=later, update_max=np.full((2, T), 0.1))
     assert sel.adam_course(held_then_range) == f"memory of v, then float64 range from step {int(theorem.steps[-2]):,}"
     assert sel.adam_course(sign_like) == "step size"
-    assert sel.adam_reading(adam).startswith("This run is outside the conditions")
-    assert sel.adam_reading(theorem).startswith("This run is inside the conditions")
+    assert page.adam_reading(adam).startswith("This run is outside the conditions")
+    assert page.adam_reading(theorem).startswith("This run is inside the conditions")
 
 
 def test_adam_table_reads_every_decade(kernel: sel.Rung) -> None:
     recipes = [sel.RuleSettings("adam", 0.01, 1000, eps=0.0, power=0.5), sel.RuleSettings("adam", 0.01, 1000)]
     runs = sel.adam_runs(kernel, recipes, seeds=(0,))
     assert sel.decades(runs[0].steps) == [100, 1000]
-    header, table = sel.adam_table_header(runs[0].steps), sel.adam_table(runs)
+    header, table = page.adam_table_header(runs[0].steps), page.adam_table(runs)
     assert header[2:4] == ["t = 1e2", "t = 1e3"] and all(len(r) == len(header) for r in table)
     assert table[0][:2] == ["0.01 (t+2)^-0.5", "0"] and table[1][:2] == ["0.01 (lr / (1 - b2) = 10)", "1e-08"]
     assert table[0][3] == f"{runs[0].margin_ratio['linf'][:, -1].mean():.3f}"
-    numbers = sel.adam_table_numbers(runs)
+    numbers = page.adam_table_numbers(runs)
     assert numbers["theorem_best_schedule"] == "0.01 (t+2)^-0.5" and numbers["constant_best_schedule"] == "lr 0.01"
     assert numbers["by_eps"] + numbers["by_memory"] + numbers["by_step"] + numbers["by_range"] == 2 and numbers["steps"] == 1000
