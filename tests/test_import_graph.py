@@ -23,8 +23,7 @@ CHAPTER_MODULES = ("kernel_study",  # chapter 4
                    "dilution_study",  # chapter 5
                    "robustness",  # chapter 6
                    "playground", "widgets",  # chapter 7
-                   "frontier",  # chapter 8
-                   "stepsize",  # chapter 9
+                   "frontier",  # chapter 8 (chapter 9 has none: lengthgen.chapters.ch09_step_size holds it all)
                    "regimes",  # chapter 9b
                    "selection", "limit_path",  # chapter 10
                    "forecast",  # chapter 10b

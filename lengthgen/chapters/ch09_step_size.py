@@ -1,4 +1,4 @@
-"""Step size and what training selects (chapter 9): the chapter's analyses of its sweep frames.
+"""Chapter 9 (``book/09_step_size``): what the page shows of its sweep frames.
 
 Each function takes rows of ``Sweep.frame()`` (one row per model and evaluation length) and returns what the
 chapter shows: the rows of a table (already formatted cells, for ``plots.md_table``), the lines of a figure
@@ -16,10 +16,10 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .compare import CriterionCheck, Lines, PairedChange, at, line, paired, pm, where
-from .recipes import Recipe
-from .sweep import summary
-from .thresholds import EVERY_SEED_TRANSFER, FITS_TRAINING_LENGTH
+from ..compare import CriterionCheck, Lines, PairedChange, at, line, paired, pm, where
+from ..recipes import Recipe
+from ..sweep import summary
+from ..thresholds import EVERY_SEED_TRANSFER, FITS_TRAINING_LENGTH
 
 
 
