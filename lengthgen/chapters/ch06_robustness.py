@@ -1,5 +1,5 @@
-"""The statistics chapter 6 states about RoPE and APE across settings, widths, depth, position schemes and
-variable-length training, from trained ensembles and their evaluations.
+"""Chapter 6 (``book/06_robustness``): the statistics it states about RoPE and APE across settings, widths, depth,
+position schemes and variable-length training, from trained ensembles and their evaluations.
 
 A run is ``(Trained, Evaluation)``; the evaluation's lengths are the run's training length times ``multiples``
 (in that order), so row ``multiples.index(m)`` of ``Evaluation.accuracy()`` is the accuracy at m x T. The RoPE
@@ -15,10 +15,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .compare import accuracy_at, share_beyond, spread
-from .evaluate import Evaluation
-from .pinning import PinningResult
-from .train import Trained
+from ..compare import accuracy_at, share_beyond, spread
+from ..evaluate import Evaluation
+from ..pinning import PinningResult
+from ..train import Trained
 
 Run = tuple[Trained, Evaluation]
 GridKey = tuple[str, int, int, int]  # (recipe name, width d, training length T, offset K)
