@@ -1,4 +1,4 @@
-"""lengthgen.frontier: chapter 8's analyses on small synthetic sweep frames with known answers."""
+"""lengthgen.chapters.ch08_extrapolation: chapter 8's analyses on small synthetic sweep frames with known answers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lengthgen import compare, frontier
+from lengthgen import compare
+from lengthgen.chapters import ch08_extrapolation as page
 from lengthgen.config import Config
 from lengthgen.sweep import frame
 
@@ -36,23 +37,23 @@ def test_budget_changes_pair_the_longer_run_with_the_shorter_one_seed_by_seed() 
     b = frame([_record(s, [1.0, 0.5 + 0.1 * i, 0.3], _kernel(1.0 + i + 0.1 * s, 64.0 if i == 0 else None),
                        lr=1e-2, steps=steps, target_accuracy=None)
                for i, steps in enumerate((100, 200, 400)) for s in range(3)])
-    numbers, verdicts = frontier.budget_changes(b, 100, 200, 400, far=4)
+    numbers, verdicts = page.budget_changes(b, 100, 200, 400, far=4)
     assert numbers["budget_diff_2x"] == pytest.approx(0.1) and numbers["budget_diff_2x_up"] == 3
     assert numbers["budget_diff_4x"] == 0 and numbers["budget_diff_4x_down"] == 0
     assert verdicts == {"budget_diff_2x_verdict": "up", "budget_diff_4x_verdict": "no clear change",
                         "budget_diff_margin_verdict": "up", "budget_diff_norm_verdict": "up"}
     assert numbers["margin_in_first"] == pytest.approx(1.1) and numbers["qk_norm_ref"] == pytest.approx(4.2)
     assert (numbers["predicted_share_first"], numbers["predicted_share_last"]) == (1.0, 0.0)
-    acc, margins = frontier.budget_lines(b, [2])
+    acc, margins = page.budget_lines(b, [2])
     assert acc["2x"][0] == [100, 200, 400] and margins["target vs. best in-window offset"][1] == pytest.approx([1.1, 2.1, 3.1])
-    assert frontier.budget_rows(b, [100], [2])[0] == ["0.01", "100", "1.100 ± 0.058", "0.500 ± 0.000"]
-    assert frontier.budget_listing(b, [2]).splitlines()[1].split() == ["0.01", "100", "1.100", "0.500"]
+    assert page.budget_rows(b, [100], [2])[0] == ["0.01", "100", "1.100 ± 0.058", "0.500 ± 0.000"]
+    assert page.budget_listing(b, [2]).splitlines()[1].split() == ["0.01", "100", "1.100", "0.500"]
 
 
 def test_failure_outcomes_count_each_verdict() -> None:
     learned = pd.DataFrame({"predicted": [2.0, 4.0, np.nan, np.nan], "measured": [2.0, 1.0, 3.0, np.nan],
                             "reach": [16.0] * 4})
-    counts, numbers = frontier.failure_outcomes(learned, 1.5)
+    counts, numbers = page.failure_outcomes(learned, 1.5)
     assert list(counts) == list(compare.VERDICTS) and sum(counts.values()) == 4
     assert (counts["agrees"], counts["fails earlier"], counts["fails, none predicted"], counts["neither fails"]) == (1, 1, 1, 1)
     assert numbers["q2_with_pred"] == 2 and numbers["q2_with_pred_fail"] == 2 and numbers["q2_early_total"] == 2
@@ -60,13 +61,13 @@ def test_failure_outcomes_count_each_verdict() -> None:
 
 
 def test_setting_effects_compare_each_setting_with_the_defaults() -> None:
-    named = {label: {"rope_base": 10000.0 + i} for i, label in enumerate(frontier.NAMED_SETTINGS.values(), 1)}
+    named = {label: {"rope_base": 10000.0 + i} for i, label in enumerate(page.NAMED_SETTINGS.values(), 1)}
     settings = {"defaults": {"rope_base": 10000.0}, **named}
     far = {"defaults": 0.5, "rope_base=100": 0.9, "weight_decay=1": 0.2}  # the others as the defaults
     rows = [_record(s, [1.0 if label != "weight_decay=1" else 0.8, far.get(label, 0.5) + 0.01 * s, 0.1],
                     _kernel(1.0, None if label == "rope_base=100" else 96.0), **fields)
             for label, fields in settings.items() for s in range(3)]
-    r = frontier.setting_effects(frame(rows), settings, [1, 2, 4], focus=2, learned=0.9)
+    r = page.setting_effects(frame(rows), settings, [1, 2, 4], focus=2, learned=0.9)
     assert r.sentences["f_best"] == "`rope_base=100`" and r.sentences["f_worst"] == "`weight_decay=1`"
     assert r.sentences["f_rope_base_change"] == "higher" and r.sentences["f_varlen_change"] == "no clear difference"
     assert "the kernel of 3 of the 3 models has no offset" in r.sentences["f_rope_base_verdict"]
@@ -82,7 +83,7 @@ def test_depth_report_reads_pinning_beyond_the_training_length() -> None:
     two = [(0.9, [0.0, 0.0], 0.1)] + [(0.1, [0.6, 0.4], 0.5)] * 2
     rows = [_record(s, [1.0, acc, acc], pinned=one if n == 1 else two, encoding=enc, layers=n)
             for enc, acc in (("rope", 0.8), ("ape", 0.1)) for n in (1, 2) for s in range(2)]
-    lines, table, numbers, sentences = frontier.depth_report(frame(rows), [1, 2, 4])
+    lines, table, numbers, sentences = page.depth_report(frame(rows), [1, 2, 4])
     assert list(lines) == ["rope, 1 layer", "rope, 2 layers", "ape, 1 layer", "ape, 2 layers"]
     assert table[3][-3:] == ["0.60 / 0.40", "0.10", "0.50"]
     assert numbers["d_ape1_pinned_layer1"] == pytest.approx(0.8) and numbers["d_ape2_predicts_pinned"] == pytest.approx(0.5)
@@ -93,9 +94,9 @@ def test_depth_report_reads_pinning_beyond_the_training_length() -> None:
 def test_encodings_report_and_listing() -> None:
     rows = [_record(s, [1.0, 0.5, 0.25], encoding=enc, offset=k) for enc in ("rope", "alibi") for k in (1, 2)
             for s in range(2)]
-    lines, table, numbers = frontier.encodings_report(frame(rows), [1, 2, 4])
+    lines, table, numbers = page.encodings_report(frame(rows), [1, 2, 4])
     assert list(lines) == ["K=1", "K=2"] and list(lines["K=1"]) == ["rope", "alibi"]
     assert table[0] == ["rope", "1", "1.000 ± 0.000", "0.500 ± 0.000", "0.250 ± 0.000"]
     assert set(numbers) == {f"e_{e}_K{k}_{m}x" for e, k in (("alibi", 1), ("alibi", 2), ("rope", 2)) for m in (1, 2, 4)}
-    listing = frontier.accuracy_listing(frame(rows), {"rope K=1": dict(encoding="rope", offset=1)}, [1, 4], width=10)
+    listing = page.accuracy_listing(frame(rows), {"rope K=1": dict(encoding="rope", offset=1)}, [1, 4], width=10)
     assert listing.splitlines() == ["                1x      4x", "rope K=1     1.000   0.250"]

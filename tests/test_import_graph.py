@@ -22,7 +22,7 @@ CORE = ("config", "task", "encodings", "model", "optim", "train", "evaluate", "k
 CHAPTER_MODULES = ("kernel_study",  # chapter 4
                    "dilution_study",  # chapter 5
                    "playground", "widgets",  # chapter 7
-                   "frontier",  # chapter 8 (chapters 6 and 9 have none: lengthgen.chapters holds them whole)
+                   # chapters 6, 8 and 9 have none: lengthgen.chapters holds them whole
                    "regimes",  # chapter 9b
                    "selection", "limit_path",  # chapter 10
                    "forecast",  # chapter 10b

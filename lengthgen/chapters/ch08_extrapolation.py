@@ -1,4 +1,4 @@
-"""When does RoPE extrapolate (chapter 8): the chapter's analyses of its sweep frames.
+"""Chapter 8 (``book/08_when_rope_extrapolates``): what the page shows of its sweep frames.
 
 Each function takes rows of ``Sweep.frame()`` (one row per model and evaluation length) and returns what the
 chapter shows: the lines of a figure (``compare.line`` triples for ``plots.sweep_lines``), the rows of a table
@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from .compare import VERDICTS, Lines, at, failure_verdict, line, paired, pm, versus, where
+from ..compare import VERDICTS, Lines, at, failure_verdict, line, paired, pm, versus, where
 
 
 def accuracy_listing(df: pd.DataFrame, rows: dict[str, dict], multiples: Sequence[float], width: int) -> str:
