@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lengthgen import dilution_study
+from lengthgen.chapters import ch05_dilution_law as page
 from lengthgen.dilution import LAWS, Comparison, r_squared
 
 T = 8
@@ -38,7 +38,7 @@ def comparisons() -> dict[tuple[str, int], Comparison]:
 
 
 def test_fit_summary_pools_offsets_and_gives_their_range(comparisons) -> None:
-    s = dilution_study.fit_summary(comparisons, "first fit")
+    s = page.fit_summary(comparisons, "first fit")
     a, b = comparisons["first fit", 1], comparisons["first fit", 2]
     measured = np.concatenate([a.measured_weight.ravel(), b.measured_weight.ravel()])
     pooled_simple = r_squared(np.concatenate([a.predicted_weight["simple"].ravel(), b.predicted_weight["simple"].ravel()]),
@@ -52,36 +52,36 @@ def test_fit_summary_pools_offsets_and_gives_their_range(comparisons) -> None:
 
 
 def test_error_summary_where_each_law_holds(comparisons) -> None:
-    s = dilution_study.error_summary(comparisons, "first fit")
+    s = page.error_summary(comparisons, "first fit")
     assert s["err_simple_T"] == 0 and s["err_simple_far"] == pytest.approx(0.1) and s["err_simple_last"] == pytest.approx(0.1)
     assert s["simple_over_share"] == 1.0 and s["simple_worst"] == pytest.approx(0.1)
     assert s["kernel_over_share"] == 0.5  # under at K=1, over at K=2
     assert s["mf_worst_multiple"] == 2.0 and s["mf_worst_err"] == pytest.approx(0.1)  # mean of 0.2 (K=1) and 0 (K=2)
     assert s["content_at_mf_worst"] == 0.0
-    assert dilution_study.error_summary(comparisons, "small steps")["err_kernel_far"] == 0.0
+    assert page.error_summary(comparisons, "small steps")["err_kernel_far"] == 0.0
 
 
 def test_worst_accuracy_finds_the_largest_miss(comparisons) -> None:
-    w = dilution_study.worst_accuracy(comparisons)
+    w = page.worst_accuracy(comparisons)
     assert (w["acc_worst_recipe"], w["acc_worst_K"], w["acc_worst_seed"], w["acc_worst_L"]) == ("first fit", 2, 1, 4 * T)
     assert w["acc_worst"] == pytest.approx(0.3) and w["acc_worst_predicted"] == pytest.approx(0.3)
     assert w["acc_worst_measured"] == pytest.approx(0.6)
     assert w["acc_worst_mf_err"] == 0.0 and w["acc_worst_content_err"] == 0.0
-    s = dilution_study.accuracy_summary(comparisons, "small steps")
+    s = page.accuracy_summary(comparisons, "small steps")
     assert s["acc_mae"] == pytest.approx(0.01) and s["acc_range_min"] == s["acc_range_max"] == pytest.approx(0.6)
 
 
 def test_tables_and_figure_points(comparisons) -> None:
-    laws = dilution_study.law_table(comparisons).splitlines()
+    laws = page.law_table(comparisons).splitlines()
     assert len(laws) == 2 + 3 + 2  # title, header, one line per comparison, one pooled line per recipe
     assert laws[4].startswith("first fit    all")
-    errors = dilution_study.error_table(comparisons).splitlines()
+    errors = page.error_table(comparisons).splitlines()
     assert len(errors) == 2 + 2 * len(LENGTHS) and errors[3].startswith("first fit     2.00")
-    frames = dilution_study.weight_frames(comparisons, drawn=1)
+    frames = page.weight_frames(comparisons, drawn=1)
     assert list(frames) == ["first fit, K=1, seed 0", "first fit, K=2, seed 0", "small steps, K=1, seed 0"]
-    points = dilution_study.weight_points(comparisons, ("simple", "content"))
+    points = page.weight_points(comparisons, ("simple", "content"))
     assert list(points) == ["simple law, first fit", "simple law, small steps", "content law, first fit",
                             "content law, small steps"] and points["simple law, first fit"][0].shape == (12,)
-    assert dilution_study.accuracy_points(comparisons)["first fit, K=2"][1].min() == pytest.approx(0.3)
+    assert page.accuracy_points(comparisons)["first fit, K=2"][1].min() == pytest.approx(0.3)
     with pytest.raises(KeyError, match="no comparison with recipe 'other'"):
-        dilution_study.fit_summary(comparisons, "other")
+        page.fit_summary(comparisons, "other")

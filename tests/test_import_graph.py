@@ -20,9 +20,8 @@ CORE = ("config", "task", "encodings", "model", "optim", "train", "evaluate", "k
 """The science core: modules, and ``engine`` (a subpackage: every module in it)."""
 
 CHAPTER_MODULES = ("kernel_study",  # chapter 4
-                   "dilution_study",  # chapter 5
                    "playground", "widgets",  # chapter 7
-                   # chapters 6, 8 and 9 have none: lengthgen.chapters holds them whole
+                   # chapters 5, 6, 8 and 9 have none: lengthgen.chapters holds them whole
                    "regimes",  # chapter 9b
                    "selection", "limit_path",  # chapter 10
                    "forecast",  # chapter 10b

@@ -1,4 +1,5 @@
-"""The dilution laws over many trained models: the statistics chapter 5 states about ``dilution.Comparison`` s.
+"""Chapter 5 (``book/05_dilution_law``): the statistics it states about the dilution laws over many trained
+models (``dilution.Comparison`` s): tables, figure data and cited numbers.
 
 Comparisons are keyed by (recipe name, offset K), in the order they were made; a recipe's summaries pool its
 offsets (each comparison holds every seed at every evaluation length). Every number is returned as a plain
@@ -13,7 +14,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .dilution import LAWS, Comparison, pooled
+from ..dilution import LAWS, Comparison, pooled
 
 Key = tuple[str, int]  # (recipe name, offset K)
 
