@@ -1,10 +1,11 @@
 """The carrier kernel of many trained RoPE models at once: what chapter 4 measures of each trained ensemble
-(``KernelRun``) and the statistics it states over recipes, offsets and seeds.
+(``KernelRun``) and of each model's margin beyond the window (``margin_by_length``).
 
-Runs are keyed by (recipe name, offset K), in the order they were trained; every summary takes one recipe's
-runs, in that order, and concatenates their members (offsets, then seeds). A model "learned the task" when its
-kernel has a clear peak at the target: c(-K) beats every other offset of the training window by ``PEAK``.
-Every number is returned as a plain Python int, float or str, ready for ``glue.each``.
+Runs are keyed by (recipe name, offset K), in the order they were trained; what is taken over one recipe's runs
+takes them in that order and concatenates their members (offsets, then seeds: ``over_recipe``). A model "learned
+the task" when its kernel has a clear peak at the target: c(-K) beats every other offset of the training window
+by ``PEAK``. The statistics chapter 4 states over recipes, offsets and seeds (its table, figure frames and cited
+numbers) are built in ``lengthgen.chapters.ch04_carrier_kernel``.
 
 Shapes: S members (seeds) per run, V vocabulary, P rotation pairs, n offsets back (the run's reach).
 """
@@ -15,12 +16,11 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
-import torch
 
 from . import kernel
 from .analyze import ALIAS_MARGIN
 from .evaluate import Evaluation
-from .kernel import TOP_PAIRS, Margin, PairSpectrum, Peak
+from .kernel import Margin, PairSpectrum, Peak
 from .train import Trained
 
 PEAK = ALIAS_MARGIN  # c(-K) must beat every other in-window offset by this much (logit units) for a clear peak
@@ -62,16 +62,17 @@ class KernelRun:
         return kernel.seed_agreement(self.kern[:, self.train_length:])
 
 
-def _keys(runs: Mapping[Key, KernelRun], recipe: str) -> list[Key]:
+def keys_of(runs: Mapping[Key, KernelRun], recipe: str) -> list[Key]:
+    """The keys of ``recipe``'s runs, in training order; a KeyError naming the recipes there are when none."""
     keys = [key for key in runs if key[0] == recipe]
     if not keys:
         raise KeyError(f"no run with recipe {recipe!r}; the runs hold {sorted({key[0] for key in runs})}")
     return keys
 
 
-def _over(runs: Mapping[Key, KernelRun], recipe: str, values) -> np.ndarray:
+def over_recipe(runs: Mapping[Key, KernelRun], recipe: str, values) -> np.ndarray:
     """values(run) -> (S,) for every run of ``recipe``, concatenated."""
-    return np.concatenate([np.atleast_1d(values(runs[key])) for key in _keys(runs, recipe)])
+    return np.concatenate([np.atleast_1d(values(runs[key])) for key in keys_of(runs, recipe)])
 
 
 def recipes_of(runs: Mapping[Key, KernelRun]) -> list[str]:
@@ -79,192 +80,15 @@ def recipes_of(runs: Mapping[Key, KernelRun]) -> list[str]:
     return list(dict.fromkeys(key[0] for key in runs))
 
 
-def table(runs: Mapping[Key, KernelRun], multiples: Sequence[float]) -> str:
-    """One text line per model: steps, accuracy at T, c(-K), its margins, predicted failure length, aliased peaks,
-    the strongest pair (period, energy share) and the accuracy at each further multiple of T."""
-    lines = ["recipe       K seed steps  acc@T  c(-K)  margin:in  beyond  fails at  peaks  top pair (period, share)  "
-             + "  ".join(f"acc@{m}T" for m in multiples[1:])]
-    for (name, k), r in runs.items():
-        acc, spec = r.evaluation.accuracy(), r.spectrum
-        for s, seed in enumerate(r.seeds):
-            top = spec.dominant(s, 1)[0]
-            fails = r.failure[s] if r.failure[s] is not None else "-"
-            lines.append(
-                f"{name:11s} {k:2d} {seed:4d} {r.trained.steps[s]:5d}  {acc[0, s]:.3f}  {r.margin.target[s]:5.2f}  "
-                f"{r.margin.in_window[s]:9.2f}  {r.margin.beyond[s]:6.2f}  {fails!s:>8}  {len(r.peaks[s]):5d}  "
-                f"({spec.period[top]:8.1f}, {spec.energy_top[1][s]:.3f})  "
-                + "  ".join(f"{a:7.3f}" for a in acc[1:, s]))
-    return "\n".join(lines)
-
-
-def kernel_frames(runs: Mapping[Key, KernelRun], drawn: int, shown: int) -> dict[str, tuple]:
-    """``plots.carrier_kernel_figure``'s frames for the first ``drawn`` seeds of every run: label ->
-    (kernel (shown,), its strongest pair's part (shown,), K, aliased peaks within ``shown`` back)."""
-    frames = {}
-    for (name, k), r in runs.items():
-        for s, seed in enumerate(r.seeds[:drawn]):
-            top = r.spectrum.dominant(s, 1)[0]
-            frames[f"{name}, K={k}, seed {seed}"] = (r.kern[s, :shown], r.pairs[s, top, :shown], k,
-                                                     [-p.delta for p in r.peaks[s] if -p.delta < shown])
-    return frames
-
-
-def pair_shares(runs: Mapping[Key, KernelRun], drawn: int) -> dict[str, np.ndarray]:
-    """``plots.pair_spectrum_figure``'s frames: label -> (P,) each pair's share of the kernel's energy, for the
-    first ``drawn`` seeds of every run."""
-    shares = {}
-    for (name, k), r in runs.items():
-        for s, seed in enumerate(r.seeds[:drawn]):
-            energy = r.spectrum.amplitude[s] ** 2
-            shares[f"{name}, K={k}, seed {seed}"] = energy / energy.sum()
-    return shares
-
-
-def peak_summary(runs: Mapping[Key, KernelRun], recipe: str) -> dict[str, int | float]:
-    """Inside the window, over one recipe's models: how many there are and have a clear peak, and for those the
-    lowest accuracy at T, the lowest c(-K) and the smallest in-window margin."""
-    fit = _over(runs, recipe, lambda r: r.learned)
-    acc_T = _over(runs, recipe, lambda r: r.evaluation.accuracy()[0])
-    if not fit.any():
-        raise ValueError(f"no {recipe} model has a clear peak at the target: train longer or check the recipe")
-    return {
-        "n_models": int(fit.size),
-        "n_peaked": int(fit.sum()),
-        "acc_T_peaked_min": float(acc_T[fit].min()),
-        "target_min": float(_over(runs, recipe, lambda r: r.margin.target)[fit].min()),
-        "in_margin_min": float(_over(runs, recipe, lambda r: r.margin.in_window)[fit].min()),
-    }
-
-
-def unlearned_note(runs: Mapping[Key, KernelRun]) -> str:
-    """A sentence on the models without a clear peak, per recipe, or that every model has one."""
-    flat = []
-    for name in recipes_of(runs):
-        fit = _over(runs, name, lambda r: r.learned)
-        acc_T = _over(runs, name, lambda r: r.evaluation.accuracy()[0])
-        if (~fit).any():
-            flat.append(f"{int((~fit).sum())} {name} model(s) (best accuracy at T among them {acc_T[~fit].max():.3f})")
-    if flat:
-        return "Without a peak: " + "; ".join(flat) + ". These are the seeds that did not learn the task."
-    return ("Every model trained here, under either recipe, has such a peak; a seed that fails to learn the task (as "
-            "some do in the robustness chapter) has none.")
-
-
 def margin_by_length(runs: Mapping[Key, KernelRun], lengths: Sequence[int]) -> dict[tuple[str, int], Points]:
     """(recipe, L) -> (the kernel's margin of the target over the offsets T .. L-1 back, accuracy at L, hover text),
     one entry per model of the recipe (offsets, then seeds)."""
     out = {}
     for name in recipes_of(runs):
-        keys = _keys(runs, name)
+        keys = keys_of(runs, name)
         for L in lengths:
             margin = np.concatenate([kernel.target_margin(runs[key].trained.model, key[1], runs[key].train_length,
                                                           L - 1).beyond for key in keys])
             acc = np.concatenate([runs[key].evaluation.by_length[L].accuracy for key in keys])
             out[name, L] = (margin, acc, [f"K={key[1]}, seed {seed}" for key in keys for seed in runs[key].seeds])
     return out
-
-
-def _points(runs: Mapping[Key, KernelRun], by_length: Mapping[tuple[str, int], Points],
-            recipe: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One recipe's (model, length) points beyond the window, lengths in order: (learned (n,), margin (n,),
-    accuracy (n,))."""
-    fit = _over(runs, recipe, lambda r: r.learned)
-    lengths = [L for name, L in by_length if name == recipe]
-    margin = np.concatenate([by_length[recipe, L][0] for L in lengths])
-    acc = np.concatenate([by_length[recipe, L][1] for L in lengths])
-    return np.tile(fit, len(lengths)), margin, acc
-
-
-def _mean_or_none(x: np.ndarray) -> str:
-    return f"{x.mean():.3f}" if x.size else "no such point"
-
-
-def beyond_summary(runs: Mapping[Key, KernelRun], by_length: Mapping[tuple[str, int], Points],
-                   recipe: str) -> dict[str, int | float | str]:
-    """Beyond the window, over one recipe's models with a clear peak: the (model, length) points with a positive
-    and a non-positive kernel margin (count, mean accuracy), the accuracy at the longest length, the predicted
-    failures within reach, the models with an aliased peak, and how alike two seeds' kernels are there."""
-    ok, margin, acc = _points(runs, by_length, recipe)
-    fit = _over(runs, recipe, lambda r: r.learned)
-    if not fit.any():
-        raise ValueError(f"no {recipe} model has a clear peak at the target: train longer or check the recipe")
-    keys = _keys(runs, recipe)
-    T = runs[keys[0]].train_length
-    failures = np.array([f for key in keys for s, f in enumerate(runs[key].failure)
-                         if runs[key].learned[s] and f is not None])
-    cos = np.concatenate([runs[key].agreement for key in keys])
-    return {
-        "n_points": int(ok.sum()),
-        "n_pos_margin": int((ok & (margin > 0)).sum()),
-        "n_neg_margin": int((ok & (margin <= 0)).sum()),
-        "acc_pos_margin": _mean_or_none(acc[ok & (margin > 0)]),
-        "acc_neg_margin": _mean_or_none(acc[ok & (margin <= 0)]),
-        "acc_far_mean": float(acc[ok][-fit.sum():].mean()),  # the longest length
-        "acc_far_min": float(acc[ok][-fit.sum():].min()),
-        "n_fail": int(failures.size),
-        "first_fail": f"{failures.min()} ({failures.min() / T:.1f}T)" if failures.size else "none",
-        "n_with_peaks": int(sum(len(runs[key].peaks[s]) > 0
-                                for key in keys for s in np.flatnonzero(runs[key].learned))),
-        "agree_mean": float(cos.mean()),
-        "agree_min": float(cos.min()),
-    }
-
-
-def margin_correlation(runs: Mapping[Key, KernelRun], by_length: Mapping[tuple[str, int], Points]) -> dict:
-    """Over every recipe's (model, length) points with a clear peak: their number and the correlation between
-    the kernel margin beyond the window and the measured accuracy."""
-    ok, margin, acc = map(np.concatenate, zip(*(_points(runs, by_length, name) for name in recipes_of(runs))))
-    return {"corr_margin_acc": float(np.corrcoef(margin[ok], acc[ok])[0, 1]), "n_points": int(ok.sum())}
-
-
-def earliest_alias(runs: Mapping[Key, KernelRun]) -> dict[str, int | float | str]:
-    """The model (any recipe, clear peak) whose kernel first reaches c(-K) beyond the window (else the one with the
-    highest point there), that offset, its gap to the target, and how the model's strongest pair nearly repeats
-    its target phase there (period, turns between the two offsets, phase mismatch in radians)."""
-    candidates = [(key, s) for key in runs for s in np.flatnonzero(runs[key].learned)]
-    if not candidates:
-        raise ValueError("no model has a clear peak at the target, so none has an aliased one")
-    key, s = min(candidates, key=lambda ks: (runs[ks[0]].failure[ks[1]] or np.inf, runs[ks[0]].margin.beyond[ks[1]]))
-    (name, k), r = key, runs[key]
-    T = r.train_length
-    back = r.failure[s] - 1 if r.failure[s] is not None else T + int(np.argmax(r.kern[s, T:]))
-    pair = kernel.explain(r.spectrum, s, -back, k, 1)[0]
-    return {
-        "recipe": name, "K": k, "seed": r.seeds[s], "back": back, "gap": float(r.kern[s, back] - r.kern[s, k]),
-        "period": pair["period"], "turns": abs(pair["turns"]), "mismatch": abs(pair["mismatch"]), "length": back + 1,
-    }
-
-
-def spectrum_summary(runs: Mapping[Key, KernelRun], recipe: str) -> dict[str, float | str]:
-    """Over one recipe's models with a clear peak: the energy share of the strongest 1, 2 and 4 pairs (mean,
-    lowest), the participation ratio (mean, largest) and the most common strongest pair (period, how many)."""
-    keys = _keys(runs, recipe)
-    periods = np.concatenate([runs[key].spectrum.period[[runs[key].spectrum.dominant(s, 1)[0]
-                                                         for s in np.flatnonzero(runs[key].learned)]] for key in keys])
-    values, counts = np.unique(np.round(periods, 1), return_counts=True)
-    participation = _over(runs, recipe, lambda r: r.spectrum.participation[r.learned])
-    out: dict[str, float | str] = {}
-    for n in TOP_PAIRS:
-        top = _over(runs, recipe, lambda r: r.spectrum.energy_top[n][r.learned])
-        out[f"top{n}_mean"], out[f"top{n}_min"] = float(top.mean()), float(top.min())
-    return out | {
-        "participation_mean": float(participation.mean()),
-        "participation_max": float(participation.max()),
-        "common_period": float(values[counts.argmax()]),
-        "common_period_count": f"{int(counts.max())} of {int(counts.sum())}",
-    }
-
-
-def rank_summary(runs: Mapping[Key, KernelRun], recipe: str) -> dict[str, float]:
-    """Over one recipe's models with a clear peak: the largest share of the logit matrix's squared singular values
-    outside the first, and the range of the share of in-window logit variance the offset alone explains."""
-    rank_one = _over(runs, recipe, lambda r: kernel.rank_one_share(torch.as_tensor(r.sv)).numpy()[r.learned])
-    position = _over(runs, recipe, lambda r: r.spectrum.position_share[r.learned])
-    return {"rank_one_rest": float(1 - rank_one.min()),
-            "position_min": float(position.min()), "position_max": float(position.max())}
-
-
-def singular_value_curves(runs: Mapping[Key, KernelRun]) -> dict[str, np.ndarray]:
-    """label -> (V,) singular values at the target offset, for every model with a clear peak."""
-    return {f"{name}, K={k}, seed {r.seeds[s]}": r.sv[s]
-            for (name, k), r in runs.items() for s in np.flatnonzero(r.learned)}

@@ -10,6 +10,7 @@ import torch
 
 from lengthgen import Config, evaluate, kernel, kernel_study, train
 from lengthgen.analyze import ALIAS_MARGIN
+from lengthgen.chapters import ch04_carrier_kernel as page
 from lengthgen.kernel_study import KernelRun
 
 SMALL = Config(vocab=8, dim=16, train_length=16, steps=150, batch=128)
@@ -46,7 +47,7 @@ def test_learned_is_a_clear_peak_and_the_peak_summary_counts_it(runs) -> None:
     assert np.array_equal(r.learned, r.margin.in_window >= kernel_study.PEAK)
     fit = np.concatenate([runs["long", 2].learned, runs["long", 4].learned])
     assert fit.any(), "the test models should learn the task"
-    s = kernel_study.peak_summary(runs, "long")
+    s = page.peak_summary(runs, "long")
     assert s["n_models"] == 6 and s["n_peaked"] == int(fit.sum())
     margins = np.concatenate([runs["long", 2].margin.in_window, runs["long", 4].margin.in_window])
     assert s["in_margin_min"] == pytest.approx(margins[fit].min()) and s["in_margin_min"] >= kernel_study.PEAK
@@ -56,15 +57,15 @@ def test_learned_is_a_clear_peak_and_the_peak_summary_counts_it(runs) -> None:
 def test_unlearned_note_names_the_models_without_a_peak(runs) -> None:
     r = runs["long", 2]
     flat = dataclasses.replace(r, margin=dataclasses.replace(r.margin, in_window=np.array([5.0, 0.5, 5.0])))
-    note = kernel_study.unlearned_note({("long", 2): flat})
+    note = page.unlearned_note({("long", 2): flat})
     assert note.startswith("Without a peak: 1 long model(s)")
     assert f"{r.evaluation.accuracy()[0, 1]:.3f}" in note
     every = dataclasses.replace(r, margin=dataclasses.replace(r.margin, in_window=np.full(3, 5.0)))
-    assert kernel_study.unlearned_note({("long", 2): every}).startswith("Every model")
+    assert page.unlearned_note({("long", 2): every}).startswith("Every model")
 
 
 def test_table_has_one_line_per_model(runs) -> None:
-    lines = kernel_study.table(runs, MULTIPLES).splitlines()
+    lines = page.table(runs, MULTIPLES).splitlines()
     assert len(lines) == 1 + 3 * len(runs)
     assert lines[0].endswith("acc@2T  acc@4T") and lines[1].startswith("long         2    0")
 
@@ -77,7 +78,7 @@ def test_margin_by_length_and_its_summaries(runs) -> None:
     assert margin.shape == acc.shape == (6,) and hover[3] == "K=4, seed 0"
     assert margin[3:] == pytest.approx(kernel.target_margin(runs["long", 4].trained.model, 4, T, 4 * T - 1).beyond)
     assert acc[:3] == pytest.approx(runs["long", 2].evaluation.by_length[4 * T].accuracy)
-    s = kernel_study.beyond_summary(runs, by_length, "long")
+    s = page.beyond_summary(runs, by_length, "long")
     n_fit = int(np.concatenate([runs["long", 2].learned, runs["long", 4].learned]).sum())
     assert s["n_points"] == 2 * n_fit == s["n_pos_margin"] + s["n_neg_margin"]
     assert -1 <= s["agree_min"] <= s["agree_mean"] <= 1
@@ -86,14 +87,14 @@ def test_margin_by_length_and_its_summaries(runs) -> None:
     assert s["n_fail"] == len(failures)
     assert not runs["short", 2].learned.any(), "60 steps should leave the short run without a peak"
     with pytest.raises(ValueError, match="no short model has a clear peak"):
-        kernel_study.beyond_summary(runs, by_length, "short")
-    corr = kernel_study.margin_correlation(runs, by_length)  # the short run's points do not count
+        page.beyond_summary(runs, by_length, "short")
+    corr = page.margin_correlation(runs, by_length)  # the short run's points do not count
     assert corr["n_points"] == s["n_points"] and -1 <= corr["corr_margin_acc"] <= 1
-    assert kernel_study.unlearned_note(runs).startswith("Without a peak: 3 short model(s)")
+    assert page.unlearned_note(runs).startswith("Without a peak: 3 short model(s)")
 
 
 def test_earliest_alias_is_the_first_offset_at_the_targets_level(runs) -> None:
-    alias = kernel_study.earliest_alias(runs)
+    alias = page.earliest_alias(runs)
     r = runs[alias["recipe"], alias["K"]]
     s = r.seeds.index(alias["seed"])
     assert r.learned[s]
@@ -106,24 +107,24 @@ def test_earliest_alias_is_the_first_offset_at_the_targets_level(runs) -> None:
 
 
 def test_spectrum_and_rank_summaries(runs) -> None:
-    s = kernel_study.spectrum_summary(runs, "long")
+    s = page.spectrum_summary(runs, "long")
     assert s["top1_min"] <= s["top1_mean"] <= s["top2_mean"] <= s["top4_mean"] <= 1 + 1e-12
     periods = np.round(runs["long", 2].spectrum.period, 1)
-    n_peaked = kernel_study.peak_summary(runs, "long")["n_peaked"]
+    n_peaked = page.peak_summary(runs, "long")["n_peaked"]
     assert s["common_period"] in periods and s["common_period_count"].endswith(f"of {n_peaked}")
-    rank = kernel_study.rank_summary(runs, "long")
+    rank = page.rank_summary(runs, "long")
     assert 0 <= rank["rank_one_rest"] <= 1 and 0 <= rank["position_min"] <= rank["position_max"] <= 1
     r = runs["long", 2]
     rank_one = dataclasses.replace(r, sv=np.tile([3.0] + [0.0] * (SMALL.vocab - 1), (3, 1)))
-    assert kernel_study.rank_summary({("long", 2): rank_one}, "long")["rank_one_rest"] == 0.0
+    assert page.rank_summary({("long", 2): rank_one}, "long")["rank_one_rest"] == 0.0
 
 
 def test_figure_frames_and_an_unknown_recipe(runs) -> None:
-    frames = kernel_study.kernel_frames(runs, drawn=2, shown=20)
+    frames = page.kernel_frames(runs, drawn=2, shown=20)
     assert list(frames)[:2] == ["long, K=2, seed 0", "long, K=2, seed 1"] and len(frames) == 6
     kern, top, k, peaks = frames["long, K=4, seed 1"]
     assert kern.shape == top.shape == (20,) and k == 4 and all(p < 20 for p in peaks)
-    shares = kernel_study.pair_shares(runs, drawn=1)
+    shares = page.pair_shares(runs, drawn=1)
     assert all(v.sum() == pytest.approx(1.0) for v in shares.values())
     with pytest.raises(KeyError, match="no run with recipe 'other'"):
-        kernel_study.peak_summary(runs, "other")
+        page.peak_summary(runs, "other")
