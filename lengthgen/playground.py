@@ -1,7 +1,7 @@
 """The static playground's grid: RoPE and APE trained at every (training length T, offset K) of a grid,
 in each training recipe, and measured when the book is built, so that a page without a kernel can show
-any pair the reader picks (``plots.playground_grid`` draws it; chapter 7 shows it), and what the chapter states
-about it (``describe``: how it was computed; ``reading``: what it shows).
+any pair the reader picks (``plots.playground_grid`` draws it; chapter 7 shows it; what the chapter states about
+it is built in ``lengthgen.chapters.ch07_playground``).
 
 Every (T, encoding) column of the grid (all offsets x all recipes x all seeds) trains as one batched
 ensemble (``train.train_runs``), split only where the recipes differ in a setting an ensemble must share
@@ -145,49 +145,6 @@ def compute_grid(
     recipe_text = {name: configs[name, Ts[0], Ks[0], encs[0]].recipe() for name in names}
     return PlaygroundGrid(recipe_text, Ts, Ks, encs, seeds, multiples, samples, profile_multiple, profile_samples,
                           base.chance, accuracy, steps, profiles, configs, time.perf_counter() - start)
-
-
-def describe(grid: PlaygroundGrid) -> dict[str, object]:
-    """How the grid was computed, as the chapter words it: the training lengths, offsets, multiples and seeds
-    (counts and comma-separated lists), held-out ``samples``, ``n_models`` trained, ``grid_seconds`` taken, the
-    ``chance`` level, and each recipe's name and settings (``recipe_{i}_name``, ``recipe_{i}``, in grid order)."""
-    out: dict[str, object] = {
-        "n_T": len(grid.train_lengths), "n_K": len(grid.offsets),
-        "train_lengths": ", ".join(map(str, grid.train_lengths)), "offsets": ", ".join(map(str, grid.offsets)),
-        "multiples": ", ".join(f"{m}x" for m in grid.multiples), "seeds": ", ".join(map(str, grid.seeds)),
-        "n_seeds": len(grid.seeds), "samples": grid.samples, "n_models": int(grid.accuracy[..., 0, :].size),
-        "grid_seconds": round(grid.seconds), "chance": grid.chance,
-    }
-    for i, (name, text) in enumerate(grid.recipes.items()):
-        out |= {f"recipe_{i}_name": name, f"recipe_{i}": text}
-    return out
-
-
-def reading(grid: PlaygroundGrid) -> dict[str, object]:
-    """What the grid shows, over its (recipe, T, K) points: ``n_points``; at how many RoPE's mean attention peaks
-    on the target K back (``rope_at_target``) and APE's on x_(T-K), its training target (``ape_at_pinned``); APE's
-    highest mean accuracy past 1x (``ape_beyond_max``); per recipe i, RoPE's lowest mean accuracy at 2x
-    (``rope_2x_min_{i}``) and its mean over the grid at the farthest multiple (``rope_far_{i}``, named by ``far``)."""
-    for need in ("rope", "ape"):
-        if need not in grid.encodings:
-            raise ValueError(f"reading: the grid has no {need!r} models (encodings {grid.encodings}); "
-                             "compute it with encodings that include rope and ape")
-    if 2 not in grid.multiples or grid.multiples[0] != 1:
-        raise ValueError(f"reading: evaluate the grid at 1x first and at 2x (multiples {grid.multiples})")
-    e = {enc: grid.encodings.index(enc) for enc in grid.encodings}
-    mean = grid.accuracy.mean(-1)  # (nR, nT, nK, nE, nM)
-    peaks = grid.peak_back()  # (nR, nT, nK, nE): positions back
-    back = np.array(grid.offsets)[None, None, :]  # the target, K back
-    pinned = (grid.profile_multiple - 1) * np.array(grid.train_lengths)[None, :, None] + back  # x_(T-K)
-    out: dict[str, object] = {
-        "n_points": int(peaks[..., 0].size), "ape_beyond_max": float(mean[..., e["ape"], 1:].max()),
-        "rope_at_target": int((peaks[..., e["rope"]] == back).sum()),
-        "ape_at_pinned": int((peaks[..., e["ape"]] == pinned).sum()), "far": f"{grid.multiples[-1]}x",
-    }
-    for i in range(len(grid.recipes)):
-        out[f"rope_2x_min_{i}"] = float(mean[i, :, :, e["rope"], grid.multiples.index(2)].min())
-        out[f"rope_far_{i}"] = float(mean[i, :, :, e["rope"], -1].mean())
-    return out
 
 
 # The settings the in-page trainer (plots/trainer.js) reads; it trains what the table step trains (one layer,

@@ -1,6 +1,6 @@
 """The numbers chapters cite, computed in the package: accuracy by multiple of the training length, how training
 ended and the worst seed against the best (lengthgen.evaluate), the recipes' accuracy table (plots.accuracy_table)
-and what the playground chapter states about its grid (lengthgen.playground)."""
+and what the playground chapter states about its grid (lengthgen.chapters.ch07_playground)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 import lengthgen as lg
 from lengthgen import playground, plots
+from lengthgen.chapters import ch07_playground
 from lengthgen.evaluate import Evaluation, LengthResult, evaluate, fit_summary, mean_attention_map, seed_contrast
 from lengthgen.playground import PlaygroundGrid
 
@@ -110,12 +111,12 @@ def synthetic_grid() -> PlaygroundGrid:
 
 def test_playground_describe_and_reading() -> None:
     grid = synthetic_grid()
-    d = playground.describe(grid)
+    d = ch07_playground.describe(grid)
     assert d == {"n_T": 2, "n_K": 2, "train_lengths": "4, 8", "offsets": "1, 2", "multiples": "1x, 2x, 4x",
                  "seeds": "0, 1", "n_seeds": 2, "samples": 50, "n_models": 32, "grid_seconds": 12, "chance": 0.125,
                  "recipe_0_name": "fast", "recipe_0": "Adam, lr 0.01", "recipe_1_name": "slow",
                  "recipe_1": "Adam, lr 0.001"}
-    r = playground.reading(grid)
+    r = ch07_playground.reading(grid)
     assert (r["n_points"], r["rope_at_target"], r["ape_at_pinned"]) == (8, 7, 8)
     assert r["ape_beyond_max"] == pytest.approx(0.25) and r["far"] == "4x"
     assert r["rope_2x_min_0"] == pytest.approx(0.9) and r["rope_2x_min_1"] == pytest.approx(0.7)
@@ -123,4 +124,4 @@ def test_playground_describe_and_reading() -> None:
     no_ape = synthetic_grid()
     no_ape.encodings = ["rope", "nope"]
     with pytest.raises(ValueError, match="no 'ape' models"):
-        playground.reading(no_ape)
+        ch07_playground.reading(no_ape)
