@@ -100,3 +100,16 @@ def test_chapter_modules_exist() -> None:
     missing = [name for name in CHAPTER_MODULES if not (PACKAGE / f"{name}.py").exists()]
     assert not missing, f"update CHAPTER_MODULES: no module lengthgen/<name>.py for {missing}"
     assert (PACKAGE / "chapters" / "__init__.py").exists()
+
+
+def test_each_chapter_module_is_named_after_its_chapter() -> None:
+    # chNN[b]_<words>.py for book/NN[b]_*.ipynb, and its docstring's first line names that notebook
+    book = PACKAGE.parent / "book"
+    modules = sorted((PACKAGE / "chapters").glob("ch*.py"))
+    assert modules, "lengthgen/chapters holds no chapter module"
+    for path in modules:
+        number, _, words = path.stem[2:].partition("_")
+        notebooks = sorted(book.glob(f"{number}_*.ipynb"))
+        assert words and len(notebooks) == 1, f"{path.name}: no single book/{number}_*.ipynb for it"
+        first_line = ast.get_docstring(ast.parse(path.read_text())).splitlines()[0]
+        assert f"``book/{notebooks[0].stem}``" in first_line, f"{path.name}: its docstring names another chapter"
