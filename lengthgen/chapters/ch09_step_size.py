@@ -268,7 +268,8 @@ def regime(complete: Sequence[CriterionCheck], with_base: Sequence[CriterionChec
     numbers |= {f"regime_worst_{m:g}x": named.worst[m] for m in EVERY_SEED_TRANSFER}
     numbers |= {"regime_seconds": named.seconds_per_model, "n_passing": sum(c.passes for c in complete),
                 "n_complete": len(complete), "book_recipe_is_regime": "is" if book_recipe == named.recipe else "is not"}
-    bar = " and ".join(f"{b:g} at {m:g}x" for m, b in EVERY_SEED_TRANSFER.items())  # each multiple's bar, as the sentences say it
+    # the bar in words, as the sentences below say it: each multiple of EVERY_SEED_TRANSFER with its threshold
+    bar = " and ".join(f"{b:g} at {m:g}x" for m, b in EVERY_SEED_TRANSFER.items())
     sentences = {
         "base_sentence": f"the bar is reached by small steps *and* fast-turning pairs together (`{best.text}`), by "
                          "neither alone." if best.passes and not first_fit.passes and not named.passes else
