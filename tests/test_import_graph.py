@@ -113,3 +113,13 @@ def test_each_chapter_module_is_named_after_its_chapter() -> None:
         assert words and len(notebooks) == 1, f"{path.name}: no single book/{number}_*.ipynb for it"
         first_line = ast.get_docstring(ast.parse(path.read_text())).splitlines()[0]
         assert f"``book/{notebooks[0].stem}``" in first_line, f"{path.name}: its docstring names another chapter"
+
+
+def test_only_notebooks_and_tests_import_the_chapters() -> None:
+    # lengthgen.chapters sits on top: no module of the package outside it (science, plots, CLI, build) imports it
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if "chapters" not in p.relative_to(PACKAGE).parts]
+    assert len(outside) > len(core_files())
+    reaches = lambda name: name == "lengthgen.chapters" or name.startswith("lengthgen.chapters.")  # noqa: E731
+    bad = {str(p.relative_to(PACKAGE)): names for p in outside
+           if (names := [n for n in imported_modules(p) if reaches(n)])}
+    assert not bad, f"these modules import lengthgen.chapters: {bad}; a chapter module imports them, not the reverse"
