@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -202,16 +203,26 @@ def _bilinear_gradient(queries: np.ndarray, keys: np.ndarray, target: np.ndarray
                         out[s, a, k] += qa * v[k]
 
 
+class RungArrays(NamedTuple):
+    """A rung's data as the compiled stretch reads it (``Rung``'s numpy views and its shape)."""
+
+    queries: np.ndarray  # (N, d_q)
+    keys: np.ndarray  # (N, J, d_k)
+    target: np.ndarray  # (N,) the target key's index
+    dq: int
+    dk: int
+
+
 @njit(cache=True)
-def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target: np.ndarray, dq: int, dk: int,
-             params: np.ndarray, m: np.ndarray, v: np.ndarray, lr: np.ndarray, power: float, b1: float, b2: float,
-             eps: float, t0: int, n: int) -> None:
+def _stretch(code: int, kind: int, rung: RungArrays, params: np.ndarray, rule: RuleArrays, power: float, t0: int,
+             n: int) -> None:
     """``n`` full-batch updates t0 + 1 .. t0 + n of rule ``optim.RULES[code]`` in one compiled loop: ``end_to_end``,
-    ``_bilinear_gradient``, ``pullback`` and ``optim.update_in_place`` at step size lr (t + 1)^-power. ``kind``: 0
-    linear, 1 the kernel factorised per pair, 2 the attention layer factorised (Wq, Wk), 3 the RoPE attention layer
-    factorised (token tables). params, m, v: (S, n_params).
+    ``_bilinear_gradient``, ``pullback`` and ``optim.update_in_place`` at step size rule.lr (t + 1)^-power (rule.lr:
+    (S,) the members' base step sizes). ``kind``: 0 linear, 1 the kernel factorised per pair, 2 the attention layer
+    factorised (Wq, Wk), 3 the RoPE attention layer factorised (token tables). params, rule.m, rule.v: (S, n_params).
     numba's disk cache of this function is keyed on this file only: after an edit of ``optim.update_in_place``, which
     it compiles in, touch this file (or remove its ``__pycache__``) so that it is compiled again."""
+    queries, keys, target, dq, dk = rung
     S = params.shape[0]
     D = dq * dk
     x = np.empty((S, D))
@@ -273,8 +284,8 @@ def _stretch(code: int, kind: int, queries: np.ndarray, keys: np.ndarray, target
                             grad[s, a * d + h + j] += gre * ki + gim * kr
                             grad[s, V * d + b * d + j] += gre * qr + gim * qi
                             grad[s, V * d + b * d + h + j] += gre * qi - gim * qr
-            rate[s] = lr[s] * schedule(t, power)
-        update_in_place(code, params, grad, RuleArrays(m, v, rate, b1, b2, eps), t)
+            rate[s] = rule.lr[s] * schedule(t, power)
+        update_in_place(code, params, grad, RuleArrays(rule.m, rule.v, rate, rule.b1, rule.b2, rule.eps), t)
 
 
 def kernel_rung(offset: int, train_length: int, dim: int, rope_base: float = 10000.0) -> Rung:
@@ -494,8 +505,8 @@ def run(rung: Rung, rule: str, lr: float, steps: int, seeds=(0, 1), parametrisat
     start = time.perf_counter()
     with cpu_threads(torch.device("cpu")):  # one thread: each step is a few tiny operations
         for mark in marks:  # compiled stretches up to each checkpoint, whose update is taken apart
-            _stretch(RULES.index(rule), kind, *rung._arrays, *rung.shape, opt.params.numpy(), *moments,
-                     opt.lr[:, 0].numpy(), power, *betas, eps, opt.t, int(mark) - 1 - opt.t)
+            _stretch(RULES.index(rule), kind, RungArrays(*rung._arrays, *rung.shape), opt.params.numpy(),
+                     RuleArrays(*moments, opt.lr[:, 0].numpy(), *betas, eps), power, opt.t, int(mark) - 1 - opt.t)
             opt.t = int(mark) - 1
             x = end_to_end(rung, parametrisation, opt.params)
             grad = pullback(rung, parametrisation, opt.params, rung.fast_gradient(x, grad_x))
