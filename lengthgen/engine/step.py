@@ -172,12 +172,11 @@ def _project(p, setup, work):
     W = p[o_W:o_Wo].reshape((d, Y))
     Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
     for r in range(V):
-        X[r] = p[r * d:(r + 1) * d]
+        for k in range(d):
+            X[r, k] = p[r * d + k]
     for r in range(nr):
-        if fixed:
-            X[V + r] = rows[r]
-        else:
-            X[V + r] = p[(V + r) * d:(V + r + 1) * d]
+        for k in range(d):
+            X[V + r, k] = rows[r, k] if fixed else p[(V + r) * d + k]
     np.dot(X, W, A)
     for r in range(nX):
         for k in range(d):
@@ -276,7 +275,9 @@ def _attention(xs, setup, work):
         if not tot >= low:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint32(at_ij[i, j])]
-            m = lg[i].max()
+            m = lg[i, 0]
+            for j in range(1, L):
+                m = max(m, lg[i, j])
             for j in range(L):
                 lg[i, j] -= m
             exp_neg(lg[i], ec, bits)
@@ -300,10 +301,16 @@ def _logits(xs, setup, work):
     has_rows = kind == ROWS
     at = V + L - 1  # the last position's row of X
     YvT, YvP = work.Yv[:V], work.Yv[V:]  # tokens' and positions' rows
-    Z[:] = YvT.T
+    for b in range(V):
+        for c in range(V):
+            Z[c, b] = YvT[b, c]
     np.dot(Z, mass, yt)
     if has_rows:
-        yt += np.dot(YvP.T, lg.T)
+        gM = work.gM  # free until the backward: the positions' share of the logits
+        np.dot(YvP.T, lg.T, gM)
+        for c in range(V):
+            for i in range(B):
+                yt[c, i] += gM[c, i]
     if residual:
         for i in range(B):
             a = xs[i, L - 1]
@@ -327,7 +334,8 @@ def _loss(ts, setup, work):
     one = work.cst[0]
     zero = one - one
     B, L = work.lg.shape
-    rowtop[:] = yt[0]
+    for i in range(B):
+        rowtop[i] = yt[0, i]
     pick[:] = 0
     for c in range(1, V):
         for i in range(B):  # the first maximum, as argmax
@@ -342,7 +350,8 @@ def _loss(ts, setup, work):
         for i in range(B):
             E[c, i] = yt[c, i] - rowtop[i]
     exp_neg(E.reshape(B * V), ec, bits)
-    sums[:] = E[0]
+    for i in range(B):
+        sums[i] = E[0, i]
     for c in range(1, V):
         for i in range(B):
             sums[i] += E[c, i]
@@ -520,13 +529,18 @@ def _backward_projections(p, G, setup, work):
     for k in range(d):
         for c in range(V):
             gW[k, 3 * d + c] += gU[k, c]
-    G[o_W:o_Wo] = gW.reshape(d * Y)
+    for k in range(d):
+        for c in range(Y):
+            G[o_W + k * Y + c] = gW[k, c]
     np.dot(gWoU, U.T, gWo)
-    G[o_Wo:o_Wo + d * d] = gWo.reshape(d * d)
+    for k in range(d):
+        for c in range(d):
+            G[o_Wo + k * d + c] = gWo[k, c]
     np.dot(gA, W.T, gX)  # (nX, d)
     G[:o_W] = 0  # sinusoidal rows are fixed; APE rows past L get no gradient
     for r in range(V if fixed else nX):
-        G[r * d:(r + 1) * d] = gX[r]
+        for k in range(d):
+            G[r * d + k] = gX[r, k]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)

@@ -41,5 +41,6 @@ def train_steps(n, buf, xs, offsets, setup, adam, t0, history):
                 target[s, i] = x[s, i, L - 1 - offsets[s]]  # task.target_index, in compiled code
         step_in(buf, x, target, setup, out, work)
         adam_step(buf, out.grad, adam, t0 + k + 1)
-        history.loglik[k] = out.loglik
-        history.correct[k] = out.correct
+        for s in range(S):
+            history.loglik[k, s] = out.loglik[s]
+            history.correct[k, s] = out.correct[s]
