@@ -1,5 +1,9 @@
 """lengthgen: length generalization of attention with relative (RoPE) and absolute (APE) positions."""
 
+from .jit_cache import use_versioned_cache
+
+use_versioned_cache()  # first: numba fixes a compiled function's cache folder when the function is defined
+
 from .config import ENCODINGS, Config, ConfigError, check_length
 from .evaluate import Evaluation, LengthResult, evaluate, evaluate_length
 from .model import Model, Output

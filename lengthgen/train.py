@@ -386,6 +386,7 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
     ahead = getattr(step_fn, "runs_ahead", lambda *_: False)(opt, stream)
     threads = run_threads() if ahead else 1
     step = 0
+    drawn = None  # the last batch drawn step by step, drawn into again (TrainStream.draw)
     while step < n_steps:
         if step >= members.until:  # some budget is spent
             history.flush(step, members.ids)
@@ -402,7 +403,8 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
         else:
             k = 1
             with mode():
-                tokens = stream.next(ids).to(device)
+                drawn = stream.next(ids, out=drawn)
+                tokens = drawn.to(device)
                 length = tokens.shape[-1]
                 one = members.shared_offset
                 if one is not None:

@@ -250,3 +250,20 @@ def test_cli_train_json_contract(capsys) -> None:
     mean = sum(report["accuracy_per_seed"]["32"]) / 2
     assert report["accuracy"]["32"] == pytest.approx(mean)
     assert 0 <= report["target_attention"]["32"] <= 1
+
+
+def test_drawing_into_the_last_batch_draws_the_same_tokens() -> None:
+    """``TrainStream.next(out=...)`` draws into the previous batch's memory: the tokens of a fresh draw, and a new
+    tensor each time (a batch is known by its identity: TableStep indexes a fixed training set once)."""
+    from lengthgen.task import TrainStream
+
+    c = Config(batch=8, train_length=6)
+    fresh, reused = TrainStream(c, [0, 1]), TrainStream(c, [0, 1])
+    last = None
+    for _ in range(3):
+        x, y = fresh.next(), reused.next(out=last)
+        assert torch.equal(x, y) and y is not last
+        if last is not None:
+            assert y.data_ptr() == last.data_ptr()
+        last = y
+    assert reused.next([1], out=last).shape == (1, 8, 6)  # another shape: drawn fresh

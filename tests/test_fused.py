@@ -58,6 +58,18 @@ def test_compiled_step_matches_the_torch_step(encoding: str, residual: bool) -> 
     assert_same(*both_steps(c, [0, 1, 2]), 1e-12)
 
 
+@pytest.mark.parametrize("residual", [True, False])
+@pytest.mark.parametrize("vocab,batch,lookup", [(16, 64, False), (16, 48, True), (64, 48, True), (64, 1024, False)])
+def test_rope_logits_by_table_and_by_lookup(vocab: int, batch: int, lookup: bool, residual: bool) -> None:
+    """RoPE's logits as a table or key by key (``engine.step.by_lookup``, chosen by V^2 against the batch): both
+    give the torch step's numbers (float64, 1e-12), on both sides of the switch."""
+    from lengthgen.engine import step as engine_step
+
+    assert engine_step.by_lookup(engine_step.ROTATE, vocab, batch) == lookup
+    c = Config(encoding="rope", residual=residual, dtype="float64", batch=batch, vocab=vocab, max_length=128)
+    assert_same(*both_steps(c, [0, 1]), 1e-12)
+
+
 @pytest.mark.parametrize("encoding", ["rope", "ape", "alibi"])
 def test_compiled_step_with_variable_lengths(encoding: str) -> None:
     c = Config(encoding=encoding, dtype="float64", batch=32, min_train_length=9, train_length=20, max_length=64)

@@ -39,6 +39,9 @@ GRIDS = [
                   {"weight_decay": 0.1, "decay_scope": "all"}, {"dtype": "float64", "train_set": 32, "batch": 32},
                   {"layers": 2}, {"rope_base": 100.0, "offset": 3}],
      "seeds": [0, 1], "eval": {"multiples": [1, 2], "samples": 40, "seed": 0}, "record": ["kernel"]},
+    {"name": "rope_by_lookup", "base": {**TINY, "encoding": "rope", "vocab": 16},  # V^2 > 4 batch: engine.step.by_lookup
+     "recipes": [{"optimizer": "adam", "lr": 0.01}, {"optimizer": "gd", "lr": 0.3}],
+     "seeds": [0, 1], "eval": {"multiples": [1, 2], "samples": 40, "seed": 0}, "record": ["kernel"]},
 ]
 
 

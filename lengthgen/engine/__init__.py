@@ -10,8 +10,9 @@ same numbers in compiled loops, one idea a module:
 - ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order.
 
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use
-them without the engine. The functions are compiled on first use and cached on disk (numba's ``cache=True``:
-``__pycache__`` next to each file, or ``$NUMBA_CACHE_DIR``), so only the first run on a machine pays the compile
-(about half a minute for float32 and float64 together); a new process loads them in well under a second.
+them without the engine. The functions are compiled on first use and cached on disk (numba's ``cache=True``, in a
+folder per version of the compiled modules' sources: ``lengthgen/jit_cache.py``), so only the first run on a machine
+pays the compile (about half a minute for float32 and float64 together); a new process loads them in well under a
+second.
 tests/test_fused.py checks the step against torch (float64 to rounding), tests/test_stretches.py the stretches.
 """

@@ -14,6 +14,9 @@ of any thread count). The notation, for one member (``tables.py`` derives the ta
     y = Yv[:V]^T mass + Yv[V:]^T attn + R[x_(L-1)],   Yv = X Wv Wo U,  R = (E + P_(L-1)) U if residual
     loss = mean over the batch of -log softmax(y)_target
 
+With RoPE and a large vocabulary (``by_lookup``: V^2 > 4 B) there is no table: each logit T[j, x_j, a] is the dot
+product of the query turned for position j with the key, computed for the batch's keys only.
+
 ``step_in`` runs the step member after member as nine blocks (``_project``, ``_logit_table``, ``_attention``,
 ``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``),
 each a function with the equation it computes in its docstring and the code under it; they are inlined into
@@ -37,6 +40,18 @@ ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
 ROWS = 1  # additive position rows (learned APE, sinusoidal): T[j, b, a] = k(b) . q(a) + (P_j Wk) . q(a)
 BIAS = 2  # ALiBi: T[j, b, a] = k(b) . q(a) + bias[j]
 NONE = 3  # NoPE: T[b, a] = k(b) . q(a)
+
+# RoPE's logits by lookup instead of as a table where the table would hold more than LOOKUP_RATIO times as many
+# entries as the batch has keys (V^2 > LOOKUP_RATIO B): building the table and its gradient costs about L V^2 d
+# multiply-adds each, the lookups about 3 B L d in all. At V = 64, batch 256 the table took 4 ms a step against 0.12 ms
+# at V = 16 (measured, float32): its 131,072 entries (512 KB, and as much for its gradient) for 8,192 keys.
+LOOKUP_RATIO = 4
+
+
+@njit(cache=True, inline="always")
+def by_lookup(kind, V, B):
+    """Whether the step computes RoPE's logits key by key (``LOOKUP_RATIO``) rather than as the table T."""
+    return kind == ROTATE and V * V > LOOKUP_RATIO * B
 
 
 class StepSetup(NamedTuple):
@@ -82,8 +97,9 @@ class StepArrays(NamedTuple):
     U: np.ndarray  # (d, V) the read-out
     WoU: np.ndarray  # (d, V) Wo U
     Yv: np.ndarray  # (nX, V) Av Wo U: what a unit of attention on a row of X adds to the logits
-    T: np.ndarray  # (nT,) the logit table T[j, b, a] (T[b, a] without positions)
-    CD: np.ndarray  # (d, V^2) RoPE: per rotation pair, the cos and sin coefficients of T
+    T: np.ndarray  # (nT,) the logit table T[j, b, a] (T[b, a] without positions; 1 entry by lookup)
+    CD: np.ndarray  # (d, V^2) RoPE: per rotation pair, the cos and sin coefficients of T (1 column by lookup)
+    Qr: np.ndarray  # (V L, d) RoPE by lookup: the query of token a turned for key position j (row a L + j), else (1, d)
     TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
     top: np.ndarray  # (V,) the largest table entry of each query token's column
     at_ij: np.ndarray  # (B, L) int32 the table entry of key j of sequence i
@@ -99,9 +115,10 @@ class StepArrays(NamedTuple):
     gYv: np.ndarray  # (nX, V) dloss/dYv
     gR: np.ndarray  # (V, V) dloss/dR
     gM: np.ndarray  # (V, B) dloss/dmass
-    gP: np.ndarray  # (B, L) dloss/dattn through the position rows
+    gP: np.ndarray  # (B, L) dloss/dattn through the position rows; RoPE by lookup: dloss/ds, by logit
     gT: np.ndarray  # (nT,) dloss/dT
-    gCD: np.ndarray  # (d, V^2) dloss/dCD (RoPE)
+    gCD: np.ndarray  # (d, V^2) dloss/dCD (RoPE; 1 column by lookup)
+    gQr: np.ndarray  # (V L, d) dloss/dQr (RoPE by lookup), else (1, d)
     gQT: np.ndarray  # (d, V) dloss/dq(a), as columns
     gQ: np.ndarray  # (V, d) dloss/dq(a), as rows
     gA: np.ndarray  # (nX, 3d + V) dloss/dA
@@ -120,7 +137,10 @@ def step_arrays(like, kind, B, L, V, d, ec):
     Y = 3 * d + V
     nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions (learned or fixed rows)
     VV = V * V
-    nT = VV if kind == NONE else L * VV
+    lookup = by_lookup(kind, V, B)
+    nT = 1 if lookup else VV if kind == NONE else L * VV
+    nC = 1 if lookup else VV
+    nQ = V * L if lookup else 1
     low = 2.0 ** -(60 if like.itemsize == 4 else 600)
     cst = np.array([1.0, 1.0 / math.sqrt(d), low]).astype(dt)
     return StepArrays(
@@ -129,12 +149,12 @@ def step_arrays(like, kind, B, L, V, d, ec):
         bits=int_scratch(like, B * max(L, V)),
         X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
         Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
-        T=np.empty(nT, dt), CD=np.empty((d, VV), dt), TP=np.empty((nX, V), dt), top=np.empty(V, dt),
+        T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt), top=np.empty(V, dt),
         at_ij=np.empty((B, L), np.int32), lg=np.empty((B, L), dt), mass=np.empty((V, B), dt), Z=np.empty((V, V), dt),
         yt=np.empty((V, B), dt), E=np.empty((V, B), dt), rowtop=np.empty(B, dt), pick=np.empty(B, np.int64),
         sums=np.empty(B, dt), rest=np.empty(B, dt),
         gYv=np.empty((nX, V), dt), gR=np.empty((V, V), dt), gM=np.empty((V, B), dt), gP=np.empty((B, L), dt),
-        gT=np.empty(nT, dt), gCD=np.empty((d, VV), dt), gQT=np.empty((d, V), dt), gQ=np.empty((V, d), dt),
+        gT=np.empty(nT, dt), gCD=np.empty((d, nC), dt), gQr=np.empty((nQ, d), dt), gQT=np.empty((d, V), dt), gQ=np.empty((V, d), dt),
         gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gW=np.empty((d, Y), dt), gWoU=np.empty((d, V), dt),
         gU=np.empty((d, V), dt), gWo=np.empty((d, d), dt))
 
@@ -197,6 +217,8 @@ def _logit_table(setup, work):
 
         ROTATE: T[j, b, a] = q(a) . rot_((L-1) - j) k(b) / sqrt(d) = trig[j] . CD[:, b V + a], where per
                 rotation pair (e, o): CD[e] = k_e q_e + k_o q_o,  CD[o] = k_e q_o - k_o q_e
+                by lookup (``by_lookup``): no table; T[j, b, a] = Qr[a L + j] . k(b), the query turned for position j:
+                Qr[a L + j, e] = trig[j, e] q_e + trig[j, o] q_o,  Qr[a L + j, o] = trig[j, e] q_o - trig[j, o] q_e
         ROWS:   T[j, b, a] = (k(b) + P_j Wk) . q(a) / sqrt(d)       (TP = K QT: token rows, then position rows)
         BIAS:   T[j, b, a] = k(b) . q(a) / sqrt(d) + bias[j]
         NONE:   T[b, a]    = k(b) . q(a) / sqrt(d)
@@ -209,7 +231,16 @@ def _logit_table(setup, work):
     B, L = work.lg.shape
     has_rows = kind == ROWS
     VV = V * V
-    if kind == ROTATE:
+    if by_lookup(kind, V, B):
+        Qr = work.Qr
+        for a in range(V):
+            for j in range(L):
+                r = a * L + j
+                for q in range(d // 2):
+                    e, o = 2 * q, 2 * q + 1
+                    Qr[r, e] = trig[j, e] * QT[e, a] + trig[j, o] * QT[o, a]
+                    Qr[r, o] = trig[j, e] * QT[o, a] - trig[j, o] * QT[e, a]
+    elif kind == ROTATE:
         for q in range(d // 2):
             e, o = 2 * q, 2 * q + 1
             for b in range(V):
@@ -240,9 +271,10 @@ def _attention(xs, setup, work):
 
     The exponentials are shifted by the largest entry of the query token's column, not by each sequence's maximum
     (the gathers, exponentials and sums then run as independent or vectorised loops); a sequence whose entries all
-    lie far below that largest entry (their sum under 2^-LOW) is redone with its own maximum.
+    lie far below that largest entry (their sum under 2^-LOW) is redone with its own maximum. By lookup (RoPE,
+    ``by_lookup``) s_ij = Qr[a_i L + j] . k(x_ij), shifted by the sequence's own maximum.
     """
-    kind, V, ec = setup.kind, setup.V, setup.ec
+    kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
     ones, bits, T, top, at_ij, lg = work.ones, work.bits, work.T, work.top, work.at_ij, work.lg
     mass = work.mass
     one = work.cst[0]
@@ -251,6 +283,19 @@ def _attention(xs, setup, work):
     VV = V * V
     nT = VV if kind == NONE else L * VV
     jstep = 0 if kind == NONE else VV
+    lookup = by_lookup(kind, V, B)
+    if lookup:
+        Qr, K = work.Qr, work.K
+        for i in range(B):
+            a = xs[i, L - 1]
+            for j in range(L):
+                lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
+            m = lg[i, 0]
+            for j in range(1, L):
+                m = max(m, lg[i, j])
+            for j in range(L):
+                lg[i, j] -= m
+        nT = 0  # no table: no column maxima, no gathers
     top[:] = -np.inf
     nr4 = nT // V // 4 * 4
     for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
@@ -262,7 +307,7 @@ def _attention(xs, setup, work):
         for a in range(V):
             top[a] = max(top[a], T[r * V + a])
     # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
-    for i in range(B):
+    for i in range(0 if lookup else B):
         a = xs[i, L - 1]
         for j in range(L):
             at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
@@ -272,7 +317,7 @@ def _attention(xs, setup, work):
     mass[:] = 0
     for i in range(B):
         tot = dot8(lg, i, 0, ones, 0, 0, L)
-        if not tot >= low:  # far below the column's maximum: again with the sequence's own
+        if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint32(at_ij[i, j])]
             m = lg[i, 0]
@@ -414,11 +459,28 @@ def _backward_softmax(xs, setup, work):
 
         dattn_ij = dmass[x_ij, i] + gP[i, j],   ds_ij = attn_ij (dattn_ij - sum_j' attn_ij' dattn_ij')
         dT[j, x_ij, a_i] += ds_ij
+        by lookup (RoPE, ``by_lookup``): dQr[a_i L + j] += ds_ij k(x_ij),   dk(x_ij) += ds_ij Qr[a_i L + j]  (into gX)
     """
-    kind = setup.kind
+    kind, V, d = setup.kind, setup.V, setup.d
     at_ij, lg, sums, gM, gP, gT = work.at_ij, work.lg, work.sums, work.gM, work.gP, work.gT
     B, L = work.lg.shape
     has_rows = kind == ROWS
+    if by_lookup(kind, V, B):
+        Qr, K, gQr, gK = work.Qr, work.K, work.gQr, work.gX
+        gQr[:] = 0
+        gK[:] = 0
+        for i in range(B):
+            dot = sums[i]
+            a = xs[i, L - 1]
+            for j in range(L):
+                b = xs[i, j]
+                ds = lg[i, j] * gM[np.uint64(b), i] - lg[i, j] * dot
+                r = a * L + j
+                for k in range(d):
+                    gQr[r, k] += ds * K[b, k]
+                for k in range(d):
+                    gK[b, k] += ds * Qr[r, k]
+        return
     gT[:] = 0
     for i in range(B):
         dot = sums[i]
@@ -439,6 +501,8 @@ def _backward_table(setup, work):
 
         ROTATE: dCD = trig^T dT;  per pair dq_e = sum_b dCD[e] k_e - dCD[o] k_o,  dq_o = dCD[e] k_o + dCD[o] k_e,
                 dk_e = sum_a dCD[e] q_e + dCD[o] q_o,  dk_o = dCD[e] q_o - dCD[o] q_e
+                by lookup: dq_e(a) = sum_j trig[j, e] dQr[a L + j, e] - trig[j, o] dQr[a L + j, o],
+                dq_o(a) = sum_j trig[j, o] dQr[a L + j, e] + trig[j, e] dQr[a L + j, o];  dk from ``_backward_softmax``
         else:   dTP[b, a] = sum_j dT[j, b, a] / sqrt(d),  dTP[V + j, a] = sum_b dT[j, b, a] / sqrt(d) (ROWS)
                 dq = dTP^T K,   dK = dTP QT^T
 
@@ -448,13 +512,29 @@ def _backward_table(setup, work):
     K, QT, TP, gT, gCD, gQT = work.K, work.QT, work.TP, work.gT, work.gCD, work.gQT
     gQ, gA, gX = work.gQ, work.gA, work.gX
     scale = work.cst[1]
+    zero = scale - scale
     B, L = work.lg.shape
     has_rows = kind == ROWS
     nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions
     at = V + L - 1  # the last position's row of X
     VV = V * V
     gA[:] = 0
-    if kind == ROTATE:
+    if by_lookup(kind, V, B):
+        gQr = work.gQr
+        for a in range(V):
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                ge = go = zero
+                for j in range(L):
+                    r = a * L + j
+                    ge += trig[j, e] * gQr[r, e] - trig[j, o] * gQr[r, o]
+                    go += trig[j, o] * gQr[r, e] + trig[j, e] * gQr[r, o]
+                gQT[e, a] = ge
+                gQT[o, a] = go
+        for b in range(V):
+            for k in range(d):
+                gA[b, d + k] = gX[b, k]
+    elif kind == ROTATE:
         np.dot(trig.T, gT.reshape((L, VV)), gCD)
         gQT[:] = 0
         for q in range(d // 2):
