@@ -8,8 +8,9 @@ together, and numba's cache goes into a folder named by the hash: an edit to any
 afresh, once, and no stale function can be loaded. ``tests/test_jit_cache.py`` checks that ``COMPILED`` lists every
 module of the package with a cached compiled function.
 
-The folder is ``$NUMBA_CACHE_DIR/lengthgen-<hash>`` where that variable is set, else
-``lengthgen/__pycache__/numba-<hash>``; the folders of earlier versions there are removed when a new one is made.
+The folder is ``lengthgen/__pycache__/lengthgen-<hash>``, where the folders of earlier versions are removed when a
+new one is made, or ``$NUMBA_CACHE_DIR/lengthgen-<hash>`` where that variable is set (a folder that checkouts of
+several versions may share: nothing is removed there).
 """
 
 from __future__ import annotations
@@ -43,9 +44,9 @@ def cache_folder() -> Path:
 
 def use_versioned_cache() -> Path:
     """Point numba's cache at ``cache_folder()`` (before any compiled function of the package is defined: numba
-    fixes a function's cache folder when it decorates it); remove the folders of other versions beside it."""
+    fixes a function's cache folder when it decorates it); in the package's own folder, remove other versions'."""
     folder = cache_folder()
-    if not folder.exists():
+    if not folder.exists() and not os.environ.get("NUMBA_CACHE_DIR"):
         for old in folder.parent.glob(f"{PREFIX}*"):
             shutil.rmtree(old, ignore_errors=True)
     numba.config.CACHE_DIR = str(folder)

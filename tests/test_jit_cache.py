@@ -19,21 +19,32 @@ def test_every_module_with_cached_compiled_functions_is_hashed() -> None:
 
 
 def test_the_cache_folder_follows_the_sources(tmp_path: Path, monkeypatch) -> None:
-    """Another version of any compiled module gives another folder, and making it removes the older one."""
-    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    """Another version of any compiled module gives another folder; in the package's own cache folder making it
+    removes the older one, in a shared $NUMBA_CACHE_DIR it removes nothing."""
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
     monkeypatch.setattr(numba.config, "CACHE_DIR", numba.config.CACHE_DIR)
-    first = jit_cache.use_versioned_cache()
-    first.mkdir(parents=True)
     package = tmp_path / "package"
     for name in jit_cache.COMPILED:
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_bytes((jit_cache.PACKAGE / name).read_bytes())
+    same = jit_cache.cache_folder().name
     monkeypatch.setattr(jit_cache, "PACKAGE", package)
-    assert jit_cache.cache_folder() == first  # the same sources elsewhere: the same folder
-    (package / "engine/step.py").write_text((package / "engine/step.py").read_text() + "\n# an edit\n")
+    first = jit_cache.use_versioned_cache()
+    assert first == package / "__pycache__" / same  # the same sources elsewhere: the same version
+    first.mkdir(parents=True)
+    step = package / "engine/step.py"
+    step.write_text(step.read_text() + "\n# an edit\n")
     second = jit_cache.use_versioned_cache()
-    assert second != first and second.parent == tmp_path and numba.config.CACHE_DIR == str(second)
+    assert second != first and second.parent == first.parent and numba.config.CACHE_DIR == str(second)
     assert not first.exists()
+
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(shared))
+    third = jit_cache.use_versioned_cache()
+    third.mkdir(parents=True)
+    step.write_text(step.read_text() + "\n# another edit\n")
+    fourth = jit_cache.use_versioned_cache()
+    assert fourth.parent == third.parent == shared and fourth != third and third.exists()
 
 
 def test_the_package_compiles_into_its_folder() -> None:
