@@ -220,8 +220,8 @@ def _stretch(code: int, kind: int, rung: RungArrays, params: np.ndarray, rule: R
     ``_bilinear_gradient``, ``pullback`` and ``optim.update_in_place`` at step size rule.lr (t + 1)^-power (rule.lr:
     (S,) the members' base step sizes). ``kind``: 0 linear, 1 the kernel factorised per pair, 2 the attention layer
     factorised (Wq, Wk), 3 the RoPE attention layer factorised (token tables). params, rule.m, rule.v: (S, n_params).
-    numba's disk cache of this function is keyed on this file only: after an edit of ``optim.update_in_place``, which
-    it compiles in, touch this file (or remove its ``__pycache__``) so that it is compiled again."""
+    It compiles ``optim.update_in_place`` in; numba's cache of both is kept per version of every compiled module's
+    sources (``jit_cache``), so an edit of either compiles this again."""
     queries, keys, target, dq, dk = rung
     S = params.shape[0]
     D = dq * dk
@@ -570,6 +570,18 @@ class RuleSettings:
         return f"{self.rule} ({self.schedule}{extra}{fact}, {self.steps} steps)"
 
 
+def _rung_rules(ngd_lr: float, ngd_steps: int, adam_theorem_steps: int, ngd_factorised_steps: int
+                ) -> list[RuleSettings]:
+    """One rung's rules, in the ladder's order; what differs between rungs is normalised gradient descent's step
+    and horizons and the horizon of Adam under its theorem."""
+    return [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", ngd_lr, ngd_steps),
+            RuleSettings("sign", 0.01, 10_000), RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
+            RuleSettings("adam", 0.01, adam_theorem_steps, eps=0.0, power=0.5),
+            RuleSettings("gd", 1.0, 100_000, "factorised"),
+            RuleSettings("ngd", 0.001, ngd_factorised_steps, "factorised", init_scale=1e-3),
+            RuleSettings("sign", 0.001, 20_000, "factorised")]
+
+
 # The ladder's check, per rung: every rule at a step size and horizon where it settles (measured on this
 # machine; ``ladder(..., scale=0.1)`` shortens every horizon for quick runs). The factorisations train with gradient
 # descent (the rule the pair-norm and nuclear-norm results are stated for; slow, like GD's 1/log t), with
@@ -580,26 +592,9 @@ class RuleSettings:
 # (Zhang, Zou & Cao 2024; ``optim.Optimizer`` leaves coordinates with v = 0, such as W's rows for tokens that never
 # sit at the query, where they are). Every horizon keeps the smallest margin below ~700, where float64's
 # exp(-margin) and so the gradient underflow to 0.
-LADDER = {
-    "kernel": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.1, 10_000), RuleSettings("sign", 0.01, 10_000),
-               RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
-               RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
-               RuleSettings("gd", 1.0, 100_000, "factorised"),
-               RuleSettings("ngd", 0.001, 50_000, "factorised", init_scale=1e-3),
-               RuleSettings("sign", 0.001, 20_000, "factorised")],
-    "attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 10_000), RuleSettings("sign", 0.01, 10_000),
-                  RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
-                  RuleSettings("adam", 0.01, 1_000_000, eps=0.0, power=0.5),
-                  RuleSettings("gd", 1.0, 100_000, "factorised"),
-                  RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                  RuleSettings("sign", 0.001, 20_000, "factorised")],
-    "rope_attention": [RuleSettings("gd", 1.0, 100_000), RuleSettings("ngd", 0.05, 20_000), RuleSettings("sign", 0.01, 10_000),
-                       RuleSettings("signum", 0.01, 10_000), RuleSettings("adam", 0.01, 100_000),
-                       RuleSettings("adam", 0.01, 300_000, eps=0.0, power=0.5),
-                       RuleSettings("gd", 1.0, 100_000, "factorised"),
-                       RuleSettings("ngd", 0.001, 40_000, "factorised", init_scale=1e-3),
-                       RuleSettings("sign", 0.001, 20_000, "factorised")],
-}
+LADDER = {"kernel": _rung_rules(0.1, 10_000, 1_000_000, 50_000),
+          "attention": _rung_rules(0.05, 10_000, 1_000_000, 40_000),
+          "rope_attention": _rung_rules(0.05, 20_000, 300_000, 40_000)}
 
 # Adam under and outside its theorem on the kernel rung (``chapters.ch10_selection.adam_table``): the usual betas
 # (0.9, 0.999), decaying steps eta_0 (t+2)^-a for a in {0.5, 0.7, 1} and constant steps with lr / (1 - beta2) in {0.1,

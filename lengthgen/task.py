@@ -87,6 +87,6 @@ class TrainStream:
         # on ``out``'s memory, but a new tensor: a batch is known by its identity (TableStep.forward indexes a fixed
         # training set, passed as the same tensor every step, once)
         tokens = out.view(shape) if reuse else torch.empty(shape, dtype=torch.long)
-        for out, g in zip(tokens, gens):
-            randint_(out, self.c.vocab, g)  # = sample_tokens, in place (torch.randint's numbers, drawn compiled)
+        for row, g in zip(tokens, gens):
+            randint_(row, self.c.vocab, g)  # = sample_tokens, in place (torch.randint's numbers, drawn compiled)
         return tokens

@@ -149,12 +149,14 @@ def step_arrays(like, kind, B, L, V, d, ec):
         bits=int_scratch(like, B * max(L, V)),
         X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
         Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
-        T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt), top=np.empty(V, dt),
+        T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt),
+        top=np.empty(V, dt),
         at_ij=np.empty((B, L), np.int32), lg=np.empty((B, L), dt), mass=np.empty((V, B), dt), Z=np.empty((V, V), dt),
         yt=np.empty((V, B), dt), E=np.empty((V, B), dt), rowtop=np.empty(B, dt), pick=np.empty(B, np.int64),
         sums=np.empty(B, dt), rest=np.empty(B, dt),
         gYv=np.empty((nX, V), dt), gR=np.empty((V, V), dt), gM=np.empty((V, B), dt), gP=np.empty((B, L), dt),
-        gT=np.empty(nT, dt), gCD=np.empty((d, nC), dt), gQr=np.empty((nQ, d), dt), gQT=np.empty((d, V), dt), gQ=np.empty((V, d), dt),
+        gT=np.empty(nT, dt), gCD=np.empty((d, nC), dt), gQr=np.empty((nQ, d), dt), gQT=np.empty((d, V), dt),
+        gQ=np.empty((V, d), dt),
         gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gW=np.empty((d, Y), dt), gWoU=np.empty((d, V), dt),
         gU=np.empty((d, V), dt), gWo=np.empty((d, d), dt))
 
@@ -262,6 +264,17 @@ def _logit_table(setup, work):
                             zero if has_rows else bias[j])
 
 
+@njit(cache=True, fastmath=FAST, inline="always")
+def _less_row_max(lg, i):
+    """lg[i] <- lg[i] - max lg[i]: the logits shifted so that the largest is 0 (their exponentials then neither
+    overflow nor all underflow)."""
+    m = lg[i, 0]
+    for j in range(1, lg.shape[1]):
+        m = max(m, lg[i, j])
+    for j in range(lg.shape[1]):
+        lg[i, j] -= m
+
+
 @njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
 def _attention(xs, setup, work):
     """Forward: the last query's attention over each sequence of ``xs`` (B, L).
@@ -280,9 +293,6 @@ def _attention(xs, setup, work):
     one = work.cst[0]
     low = work.cst[2]
     B, L = work.lg.shape
-    VV = V * V
-    nT = VV if kind == NONE else L * VV
-    jstep = 0 if kind == NONE else VV
     lookup = by_lookup(kind, V, B)
     if lookup:
         Qr, K = work.Qr, work.K
@@ -290,29 +300,28 @@ def _attention(xs, setup, work):
             a = xs[i, L - 1]
             for j in range(L):
                 lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
-            m = lg[i, 0]
-            for j in range(1, L):
-                m = max(m, lg[i, j])
+            _less_row_max(lg, i)
+    else:
+        VV = V * V
+        nT = VV if kind == NONE else L * VV
+        jstep = 0 if kind == NONE else VV
+        top[:] = -np.inf
+        nr4 = nT // V // 4 * 4
+        for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
+            for a in range(V):
+                m01 = max(T[r * V + a], T[(r + 1) * V + a])
+                m23 = max(T[(r + 2) * V + a], T[(r + 3) * V + a])
+                top[a] = max(top[a], max(m01, m23))
+        for r in range(nr4, nT // V):
+            for a in range(V):
+                top[a] = max(top[a], T[r * V + a])
+        # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
+        for i in range(B):
+            a = xs[i, L - 1]
             for j in range(L):
-                lg[i, j] -= m
-        nT = 0  # no table: no column maxima, no gathers
-    top[:] = -np.inf
-    nr4 = nT // V // 4 * 4
-    for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
-        for a in range(V):
-            m01 = max(T[r * V + a], T[(r + 1) * V + a])
-            m23 = max(T[(r + 2) * V + a], T[(r + 3) * V + a])
-            top[a] = max(top[a], max(m01, m23))
-    for r in range(nr4, nT // V):
-        for a in range(V):
-            top[a] = max(top[a], T[r * V + a])
-    # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
-    for i in range(0 if lookup else B):
-        a = xs[i, L - 1]
-        for j in range(L):
-            at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
-        for j in range(L):
-            lg[i, j] = T[np.uint32(at_ij[i, j])] - top[a]
+                at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
+            for j in range(L):
+                lg[i, j] = T[np.uint32(at_ij[i, j])] - top[a]
     exp_neg(lg.reshape(B * L), ec, bits)
     mass[:] = 0
     for i in range(B):
@@ -320,11 +329,7 @@ def _attention(xs, setup, work):
         if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint32(at_ij[i, j])]
-            m = lg[i, 0]
-            for j in range(1, L):
-                m = max(m, lg[i, j])
-            for j in range(L):
-                lg[i, j] -= m
+            _less_row_max(lg, i)
             exp_neg(lg[i], ec, bits)
             tot = dot8(lg, i, 0, ones, 0, 0, L)
         inv = one / tot

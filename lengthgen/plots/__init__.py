@@ -23,8 +23,8 @@ from .mechanism import (
 from .playground_figure import playground_grid, train_here_html
 from .render import (
     BOOK_BUILD_ENV, CHANCE_STYLE, COLORS, GRID_JS, HEIGHT, LABELS, BookHTML, GridHTML, fit_sliders, glue_figure,
-    glue_grid_figure, grid_controls, grid_visibility, legend_room, md_table, prose_shows_figures, set_title, share_styles,
-    slider_figure, use_book_renderer, wrap_title,
+    glue_grid_figure, grid_controls, grid_visibility, legend_room, margin, md_table, prose_shows_figures, set_title,
+    share_styles, slider_figure, use_book_renderer, wrap_title,
 )
 from .selection import adam_anatomy, selection_curves, selection_explorer
 from .sweeps import predicted_vs_measured, setting_effects, sweep_lines
@@ -38,5 +38,5 @@ __all__ = [
     "recipe_menu", "setting_effects", "setting_heatmap", "shift_test", "singular_value_figure", "slider_figure",
     "selection_explorer", "selection_curves", "adam_anatomy", "sweep_lines", "training_curves", "use_book_renderer",
     "accuracy_table", "share_styles", "train_here_html", "prose_shows_figures", "fit_sliders", "set_title",
-    "wrap_title", "legend_room",
+    "wrap_title", "legend_room", "margin",
 ]

@@ -13,7 +13,7 @@ from typing import Mapping
 import plotly.graph_objects as go
 
 from ..evaluate import Evaluation
-from .render import LABELS, grid_controls, md_table
+from .render import HEIGHT, LABELS, grid_controls, margin, md_table
 
 MENU_ROOM = 50  # pixels added above a figure for its row of recipe buttons
 
@@ -56,8 +56,7 @@ def recipe_menu(figs: Mapping[str, go.Figure], title: str) -> go.Figure:
             owners.append([r, o] if labels else [r])
     dims = [("menu", "recipe", names)] + ([("slider", label, labels)] if labels else [])
     fig = grid_controls(fig, owners, dims, [0] * len(dims), title)
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else 110
-    fig.update_layout(height=(first.layout.height or 440) + MENU_ROOM, margin=dict(t=top + MENU_ROOM))
+    fig.update_layout(height=(first.layout.height or HEIGHT) + MENU_ROOM, margin=dict(t=margin(fig, "t") + MENU_ROOM))
     return fig
 
 

@@ -98,6 +98,12 @@ def wrap_title(text: str, longest: Sequence[str] = ()) -> str:
     return "<br>".join(lines)
 
 
+def margin(fig: go.Figure, side: str) -> int:
+    """``fig``'s margin on ``side`` ("t", "b", "l" or "r") in pixels: its own, else the template's."""
+    own = getattr(fig.layout.margin, side)
+    return own if own is not None else getattr(pio.templates["lengthgen"].layout.margin, side)
+
+
 def _title_lines(text: str | None) -> int:
     """How many lines a title takes (an empty one is counted as the one line the margins leave room for)."""
     return len(_BR.split(text)) if text else 1
@@ -118,10 +124,8 @@ def set_title(fig: go.Figure, text: str) -> str:
     its size. Returns the wrapped text."""
     wrapped = wrap_title(text)
     extra = TITLE_LINE_PX * (_title_lines(wrapped) - _title_lines(fig.layout.title.text))
-    template_margin = pio.templates["lengthgen"].layout.margin
-    top = fig.layout.margin.t if fig.layout.margin.t is not None else template_margin.t
     size = fig.layout.title.font.size or fig.layout.font.size or pio.templates["lengthgen"].layout.font.size
-    fig.update_layout(title=_title_layout(wrapped, size), margin_t=top + extra,
+    fig.update_layout(title=_title_layout(wrapped, size), margin_t=margin(fig, "t") + extra,
                       height=(fig.layout.height or HEIGHT) + extra)
     return wrapped
 
@@ -147,9 +151,7 @@ SLIDER_CHAR_PX = 8.6  # the width of a slider label's character, as TITLE_CHARS 
 def fit_sliders(fig: go.Figure) -> go.Figure:
     """Pad each slider that starts at the plot's left edge (or ends at its right edge) so that its first (last) step
     label, centred on the rail's end, stays inside the figure: half the label's width past the side margin."""
-    template_margin = pio.templates["lengthgen"].layout.margin
-    left = fig.layout.margin.l if fig.layout.margin.l is not None else template_margin.l
-    right = fig.layout.margin.r if fig.layout.margin.r is not None else template_margin.r
+    left, right = margin(fig, "l"), margin(fig, "r")
     for slider in fig.layout.sliders:
         if not slider.steps:
             continue
