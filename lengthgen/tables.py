@@ -155,6 +155,7 @@ class TableStep(Layout):
         self._views_length, self._views = 0, {}
         self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
         self._compiled: engine_step.StepSetup | None = None
+        self._rooms: dict[tuple, np.ndarray] = {}  # ``run``'s blocks of drawn batches, by (which, shape)
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -287,11 +288,11 @@ class TableStep(Layout):
             draws.draw_steps(states[rows], into, self.V)
             return into
 
-        def blocks(rows: slice) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        def blocks(rows: slice, which: int = 0) -> tuple[np.ndarray, list[tuple[int, int]]]:
             """Room for one block of batches (k, r, B, L), and the (first step, steps) of each block."""
             r = rows.stop - rows.start
             size = max(1, min(n, DRAWN_BYTES // (r * B * L * 8)))
-            return np.empty((size, r, B, L), np.int64), [(a, min(size, n - a)) for a in range(0, n, size)]
+            return self._room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
 
         def train_rows(rows: slice) -> None:  # draw a block, train on it, and so on
             if fixed is not None:
@@ -303,11 +304,14 @@ class TableStep(Layout):
         lanes = min(threads, S) if n >= THREADED_STEPS else 1
         if lanes > 1:  # groups of members, each on its thread
             cuts = np.linspace(0, S, lanes + 1).round().astype(int)
-            list(_pool().map(lambda a, b: train_rows(slice(a, b)), cuts[:-1], cuts[1:]))
+            others = [_pool().submit(train_rows, slice(a, b)) for a, b in zip(cuts[:-2], cuts[1:-1])]
+            train_rows(slice(cuts[-2], cuts[-1]))  # the last group on this thread: one hand-off fewer
+            for done in others:
+                done.result()
         elif fixed is None and threads > 1 and n >= THREADED_STEPS:  # the next block drawn on a second thread
             every = slice(0, S)
             room, todo = blocks(every)
-            rooms = (room, np.empty_like(room))  # one is drawn into while the other is trained on
+            rooms = (room, blocks(every, 1)[0])  # one is drawn into while the other is trained on
             ahead = _pool().submit(draw, every, rooms[0][:todo[0][1]])
             for i, (done, k) in enumerate(todo):
                 xs = ahead.result()
@@ -320,6 +324,16 @@ class TableStep(Layout):
         for i, state in zip(members, states if states is not None else []):
             stream.gens[i].set_state(torch.from_numpy(state))
         return torch.from_numpy(loglik), torch.from_numpy(correct)
+
+    def _room(self, which: tuple, shape: tuple) -> np.ndarray:
+        """An int64 array of ``shape`` kept for the next ``run`` (the same ``which``: one per thread and buffer): a
+        block of batches is 2 MB (``DRAWN_BYTES``), new pages from the system each time it is allocated, and a slider
+        drag in the playground calls ``run`` every ``train.ON_STEP_EVERY`` steps (measured: 1 ms a call, 0.07 s
+        of a small-step model's 0.98 s). Smaller rooms are views of a larger one."""
+        room = self._rooms.get(which)
+        if room is None or room.size < math.prod(shape):
+            room = self._rooms[which] = np.empty(math.prod(shape), np.int64)
+        return room[:math.prod(shape)].reshape(shape)
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits (S, B, V) at the last query of tokens x (S, B, L), and what ``backward`` needs (the

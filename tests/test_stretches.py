@@ -3,6 +3,8 @@ as the same steps taken one call at a time, whatever the stretch length, the thr
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +19,7 @@ from lengthgen.task import TrainStream
 from lengthgen.train import THREADS_ENV, run_threads, train, train_runs
 
 SMALL = SMALL_STEPS.apply(Config()).replace(steps=240)
+train_module = importlib.import_module("lengthgen.train")  # the module (lengthgen.train is also the function)
 
 
 def same_history(a, b, i: int = 0, j: int = 0) -> bool:
@@ -73,6 +76,44 @@ def test_on_step_hears_every_step_in_order() -> None:
     assert [i for i, _ in seen] == list(range(SMALL.steps))
     assert np.array_equal(np.stack([a for _, a in seen]), plain.accuracy)
     assert np.array_equal(heard.loss, plain.loss)
+
+
+@pytest.mark.parametrize("seconds, spans", [(1e9, [10, 20, 40, 80, 90]), (0.0, [10] * 24)])
+def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPatch, seconds: float,
+                                                    spans: list[int]) -> None:
+    """Under on_step the first stretch runs ON_STEP_EVERY steps and each next one twice as many while the last took
+    under ON_STEP_SECONDS / 2 (never, with a limit of 0), up to the budget; the numbers stay those of one stretch."""
+    monkeypatch.setattr(train_module, "ON_STEP_EVERY", 10)
+    monkeypatch.setattr(train_module, "ON_STEP_SECONDS", seconds)
+    calls: list[int] = []
+    run = TableStep.run
+
+    def counted(self, opt, stream, members, offsets, n, threads=1):
+        calls.append(n)
+        return run(self, opt, stream, members, offsets, n, threads)
+
+    monkeypatch.setattr(TableStep, "run", counted)
+    heard = train(SMALL, [0], progress=False, on_step=lambda i, acc: None)
+    assert calls == spans
+    monkeypatch.setattr(TableStep, "run", run)
+    assert same_history(heard, train(SMALL, [0], progress=False))
+
+
+def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh 2 MB block is new pages from the
+    system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in turn."""
+    model = Model(SMALL, [0])
+    step = TableStep(SMALL, model.encoding, SMALL.train_length)
+    opt = Optimizer("adam", step.pack(model), [SMALL.lr])
+    stream = TrainStream(SMALL, [0])
+    where: list[int] = []
+    draw_steps = draws.draw_steps
+    monkeypatch.setattr(draws, "draw_steps", lambda states, into, V: (where.append(into.ctypes.data),
+                                                                      draw_steps(states, into, V))[1])
+    for threads in (1, 1, 2, 2):
+        step.run(opt, stream, np.arange(1), np.array([SMALL.offset]), 100, threads=threads)
+    one, two = where[:len(where) // 2], where[len(where) // 2:]
+    assert len(set(one)) == 1 and len(set(two)) == 2 and set(one) < set(two)
 
 
 def test_checkpoints_cut_stretches_without_changing_them() -> None:
