@@ -138,8 +138,8 @@ TRAIN_THREADS = 1  # intra-op CPU threads while training (see cpu_threads)
 THREADS_ENV = "LENGTHGEN_THREADS"  # threads for the members of an ensemble (run_threads)
 # With on_step (the playground's progress bar) a stretch runs ON_STEP_EVERY steps at first, and twice as many as the
 # last one while that one took under ON_STEP_SECONDS / 2: each stretch is a hand-off to the threads and a wait for
-# the slower one (measured: a small-step model of two seeds on two threads, 0.92 s without on_step, 1.02 s with a
-# stretch of 200 steps at a time). How the steps are cut into stretches does not change their numbers.
+# the slower one (measured: a small-step model of two seeds on two threads, 1.09 s in stretches of 200 steps, 0.99 s
+# in one; benchmarks/README.md). How the steps are cut into stretches does not change their numbers.
 ON_STEP_EVERY = 200
 ON_STEP_SECONDS = 0.1
 # Settings that may differ between members of one batched ensemble (everything else sets tensor shapes
@@ -188,7 +188,8 @@ def train(
     step), a GPU only for wide ensembles (members x batch >= ``GPU_MIN_SEQUENCES``) or models the compiled step does
     not cover.
     ``progress``: a tqdm bar (None shows it only on an interactive terminal or notebook).
-    ``on_step(step, accuracy_per_member)`` is called after every step (e.g. a widget's progress bar).
+    ``on_step(step, accuracy_per_member)`` is called for every step, in order (e.g. a widget's progress bar); where
+    steps run as compiled stretches, for each step of a stretch once it is done (``ON_STEP_EVERY``).
     ``on_checkpoint(steps_done, model)``, every ``checkpoint_every`` steps, and ``gradient``: see ``train_runs``.
     """
     if len(seeds) == 0:
