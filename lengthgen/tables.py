@@ -34,6 +34,7 @@ import torch
 from . import draws
 from .config import Config, usable_cores
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
+from .engine import first_compile
 from .engine import step as engine_step
 from .engine import stretch as engine_stretch
 from .engine.numerics import exp_constants
@@ -234,6 +235,7 @@ class TableStep(Layout):
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``__call__`` as one call of ``engine.step.table_step`` (CPU, no MLP)."""
         S, B, L = x.shape
+        first_compile.compile_step(str(buf.dtype).removeprefix("torch."))
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
@@ -266,6 +268,7 @@ class TableStep(Layout):
         ones it gets alone, on one thread."""
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
+        first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."))
         p, adam = opt.adam_arrays()
         setup = self._compiled_setup(L, opt.params.dtype)
         offsets = np.ascontiguousarray(offsets, np.int64)
@@ -273,14 +276,18 @@ class TableStep(Layout):
         fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
         states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
+        works: dict[int, engine_step.StepArrays] = {}  # the step's working arrays, one set per group of members
+
         def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> None:
             """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed)."""
             r = rows.stop - rows.start
+            if rows.start not in works:
+                works[rows.start] = engine_step.step_arrays(p, setup.kind, B, L, setup.V, setup.d, setup.ec)
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)
             engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup, adam=mine,
-                                       t0=opt.t + done, history=engine_stretch.History(ll, cc))
+                                       t0=opt.t + done, history=engine_stretch.History(ll, cc), work=works[rows.start])
             loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:

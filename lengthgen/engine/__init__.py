@@ -7,12 +7,13 @@ same numbers in compiled loops, one idea a module:
 
 - ``step``: one step's forward, loss and backward for every member (``table_step``), each block under its equation;
 - ``stretch``: n steps of targets, gradient and AdamW update in one call (``train_steps``);
-- ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order.
+- ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order;
+- ``first_compile``: the first compile shared with a helper process, on two cores.
 
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use
 them without the engine. The functions are compiled on first use and cached on disk (numba's ``cache=True``, in a
 folder per version of the compiled modules' sources: ``lengthgen/jit_cache.py``), so only the first run on a machine
-pays the compile (about half a minute for float32 and float64 together); a new process loads them in well under a
-second.
+pays the compile (float32: about 38 s of CPU, 23 s of wall clock on two cores with the helper of ``first_compile``);
+a new process loads them in well under a second.
 tests/test_fused.py checks the step against torch (float64 to rounding), tests/test_stretches.py the stretches.
 """

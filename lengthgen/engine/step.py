@@ -19,10 +19,10 @@ product of the query turned for position j with the key, computed for the batch'
 
 ``step_in`` runs the step member after member as nine blocks (``_project``, ``_logit_table``, ``_attention``,
 ``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``),
-each a function with the equation it computes in its docstring and the code under it; they are inlined into
-``step_in`` when it is compiled (``inline="always"``), so the compiled step is the one loop it was written as before
-(the same numbers to the bit, the same speed). The working arrays (``StepArrays``, by name) are made once per call
-(``step_arrays``), not once per step.
+each a function with the equation it computes in its docstring and the code under it, compiled and cached on its
+own (LLVM inlines them into ``step_in``: the same numbers to the bit and the same speed as when numba inlined them,
+measured), so that the first compile can share them between two processes (``first_compile``). The working arrays
+(``StepArrays``, by name) are made once per call (``step_arrays``), not once per step.
 """
 
 from __future__ import annotations
@@ -129,10 +129,10 @@ class StepArrays(NamedTuple):
     gWo: np.ndarray  # (d, d) dloss/dWo
 
 
-@njit(cache=True, nogil=True)
-def step_arrays(like, kind, B, L, V, d, ec):
-    """The ``StepArrays`` of batch B, length L, in the dtype of the array ``like``: made once per call of
-    ``stretch.train_steps`` (or of ``table_step``), not once per step."""
+def step_arrays(like: np.ndarray, kind: int, B: int, L: int, V: int, d: int, ec: np.ndarray) -> StepArrays:
+    """The ``StepArrays`` of batch B, length L, in the dtype of the array ``like``: made for a call of
+    ``stretch.train_steps`` or of ``table_step``, not once per step (numpy, not compiled: it would add 2.4 s to the
+    first compile)."""
     dt = like.dtype
     Y = 3 * d + V
     nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions (learned or fixed rows)
@@ -161,9 +161,9 @@ def step_arrays(like, kind, B, L, V, d, ec):
         gU=np.empty((d, V), dt), gWo=np.empty((d, d), dt))
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
-def table_step(buf, x, target, setup, out):
-    """One training step's gradient for every member, written into ``out`` (``StepOut``).
+def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut) -> None:
+    """One training step's gradient for every member, written into ``out`` (``StepOut``): ``step_in`` in new
+    working arrays.
 
     buf (S, P): the members' parameters in ``TableStep``'s layout (blocks EP (n_ep, d), W (d, 3d + V),
     Wo (d, d)); x (S, B, L) int64 tokens; target (S, B) int64; setup: ``StepSetup``.
@@ -174,7 +174,7 @@ def table_step(buf, x, target, setup, out):
     step_in(buf, x, target, setup, out, work)
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _project(p, setup, work):
     """Forward: the projections of one member's parameters ``p`` (P,).
 
@@ -213,7 +213,7 @@ def _project(p, setup, work):
     np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _logit_table(setup, work):
     """Forward: the logit table T of every (key position, key token, query token).
 
@@ -264,7 +264,7 @@ def _logit_table(setup, work):
                             zero if has_rows else bias[j])
 
 
-@njit(cache=True, fastmath=FAST, inline="always")
+@njit(cache=True, fastmath=FAST)
 def _less_row_max(lg, i):
     """lg[i] <- lg[i] - max lg[i]: the logits shifted so that the largest is 0 (their exponentials then neither
     overflow nor all underflow)."""
@@ -275,7 +275,7 @@ def _less_row_max(lg, i):
         lg[i, j] -= m
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _attention(xs, setup, work):
     """Forward: the last query's attention over each sequence of ``xs`` (B, L).
 
@@ -339,7 +339,7 @@ def _attention(xs, setup, work):
             mass[np.uint64(xs[i, j]), i] += lg[i, j]
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _logits(xs, setup, work):
     """Forward: the logits of each sequence, transposed (V, B).
 
@@ -368,7 +368,7 @@ def _logits(xs, setup, work):
                 yt[c, i] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _loss(ts, setup, work):
     """The loss of the targets ``ts`` (B,) and its gradient by the logits (into E); returns (the mean
     log-likelihood, the correct predictions).
@@ -425,7 +425,7 @@ def _loss(ts, setup, work):
     return ll / B, hits
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_logits(xs, setup, work):
     """Backward: the logits to Yv, R and the attention.
 
@@ -458,7 +458,7 @@ def _backward_logits(xs, setup, work):
         np.dot(g, YvP.T, gP)  # ... and on each position
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_softmax(xs, setup, work):
     """Backward: through the softmax to the table.
 
@@ -500,7 +500,7 @@ def _backward_softmax(xs, setup, work):
                 gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_table(setup, work):
     """Backward: the table to the queries (gA[:, :d]) and keys (gA[:, d:2d]).
 
@@ -580,7 +580,7 @@ def _backward_table(setup, work):
                 gA[at, k] += gQT[k, a]
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, inline="always")
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_projections(p, G, setup, work):
     """Backward: through Yv = Av (Wo U) and A = X W to the member's gradient row ``G`` (P,).
 

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from ..optim import adam_step
-from .step import StepOut, step_arrays, step_in
+from .step import StepOut, step_in
 
 
 class History(NamedTuple):
@@ -23,15 +23,14 @@ class History(NamedTuple):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def train_steps(n, buf, xs, offsets, setup, adam, t0, history):
+def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work):
     """``n`` whole training steps: step k trains on the batches xs[k % len(xs)] (S, B, L) (n batches drawn before,
     ``draws.draw_steps``, or one fixed training set), reads member s's targets ``offsets[s]`` positions before the
     last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the AdamW update number t0 + k + 1
     (``optim.adam_step``; adam: ``optim.AdamArrays``, its step sizes constant over the stretch), and writes its
-    mean log-likelihoods and correct predictions into history[k] (``History``). The same numbers as the same steps
-    taken one call at a time."""
+    mean log-likelihoods and correct predictions into history[k] (``History``); work: ``step.step_arrays`` for the
+    batch. The same numbers as the same steps taken one call at a time."""
     _, S, B, L = xs.shape
-    work = step_arrays(buf, setup.kind, B, L, setup.V, setup.d, setup.ec)
     target = np.empty((S, B), np.int64)
     out = StepOut(np.empty(S, buf.dtype), np.empty(S, np.int64), np.empty_like(buf))
     for k in range(n):

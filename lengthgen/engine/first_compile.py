@@ -1,0 +1,104 @@
+"""The first compile of the step, on two cores.
+
+A process that trains first on a machine (or after an edit of the compiled modules: ``jit_cache``) compiles the
+step with numba: about 38 s of CPU for float32 on a 2-core AMD EPYC, in one thread. The step's nine blocks
+(``engine.step``), the draws and the update are separate compiled functions, each cached on disk, so a second
+process compiles part of them (``HELPER``) while this one compiles the rest (``HERE``); the step and the stretch
+then load the helper's share from numba's cache instead of compiling it (measured: the first training call 39 s ->
+27 s of wall clock, benchmarks/README.md).
+
+The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
+fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
+per dtype and cache folder: a marker file beside numba's cache says it was done.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numba
+import numpy as np
+import torch
+
+from .. import draws, jit_cache
+from ..optim import Optimizer, adam_step
+from . import step
+
+# Compiled by the helper process, and here; together every compiled function the stretch calls, by compile time
+# (about 13 s each side, measured one by one)
+HELPER = ("_attention", "_loss", "_backward_logits", "_backward_projections", "adam_step")
+HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "draw_steps")
+HELPER_SECONDS = 300  # the longest this process waits for the helper before compiling the rest itself
+_done: set[str] = set()  # the dtypes compile_step has seen in this process
+
+
+def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
+    """The argument types each function of ``HELPER`` and ``HERE`` is called with when a model of ``dtype``
+    ("float32" or "float64") trains: taken from the arguments of a small model (types do not depend on sizes)."""
+    from ..config import Config
+    from ..model import Model
+    from ..tables import TableStep
+
+    c = Config(dtype=dtype)
+    model = Model(c, [0])
+    table = TableStep(c, model.encoding, c.train_length)
+    buf = table.pack(model)
+    setup = table._compiled_setup(c.train_length, buf.dtype)
+    p = buf.numpy()
+    x, target = np.zeros((1, 2, c.train_length), np.int64), np.zeros((1, 2), np.int64)
+    work = step.step_arrays(p, setup.kind, 2, c.train_length, setup.V, setup.d, setup.ec)
+    _, adam = Optimizer("adam", buf, [c.lr]).adam_arrays()
+    states = np.stack([draws.mt_state(torch.Generator().manual_seed(0))])
+    t = numba.typeof
+    row, su, w = t(p[0]), t(setup), t(work)
+    return {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (t(x[0]), su, w),
+            "_logits": (t(x[0]), su, w), "_loss": (t(target[0]), su, w), "_backward_logits": (t(x[0]), su, w),
+            "_backward_softmax": (t(x[0]), su, w), "_backward_table": (su, w),
+            "_backward_projections": (row, row, su, w),
+            "draw_steps": (t(states), t(np.zeros((1, 1, 2, c.train_length), np.int64)), t(c.vocab)),
+            "adam_step": (t(p), t(p), t(adam), t(1))}
+
+
+def function(name: str) -> numba.core.registry.CPUDispatcher:
+    """The compiled function of that name (a block of ``engine.step``, ``draws.draw_steps`` or ``optim.adam_step``)."""
+    if name == "draw_steps":
+        return draws.draw_steps
+    return adam_step if name == "adam_step" else getattr(step, name)
+
+
+def compile_these(names: tuple[str, ...], dtype: str) -> None:
+    """Compile (or load from numba's cache) the functions ``names`` for ``dtype``'s argument types."""
+    types = signatures(dtype)
+    for name in names:
+        function(name).compile(types[name])
+
+
+def compile_step(dtype: str) -> None:
+    """Before the first step of ``dtype`` in this process: where the marker says it was not done for this cache
+    folder, compile ``HERE`` here while a helper process compiles ``HELPER``, then wait for it (at most
+    ``HELPER_SECONDS``) and leave the marker. Otherwise nothing (a set lookup after the first call)."""
+    if dtype in _done:
+        return
+    _done.add(dtype)
+    folder = jit_cache.cache_folder()
+    marker = folder / f"first-compile-{dtype}.done"
+    if marker.exists():
+        return
+    helper = subprocess.Popen([sys.executable, "-m", __name__, dtype], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        compile_these(HERE, dtype)
+        helper.wait(timeout=HELPER_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.wait()
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.touch()
+
+
+if __name__ == "__main__":  # the helper: python -m lengthgen.engine.first_compile float32
+    compile_these(HELPER, sys.argv[1])

@@ -1,0 +1,61 @@
+"""The first compile shared with a helper process (``engine.first_compile``): the helper compiles the very functions
+training then calls, with the argument types training calls them with; it runs once per dtype and cache folder, and
+the step does not depend on it (a failed helper leaves the rest to this process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lengthgen import Config, jit_cache, train
+from lengthgen.engine import first_compile
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_shares_are_what_training_compiles(dtype: str) -> None:
+    """After training a model of ``dtype``, every function of both shares holds the signature the helper (or this
+    process) compiles: otherwise the helper's work would be compiled again here, and the split would save nothing."""
+    train(Config(dtype=dtype, steps=3, target_accuracy=None), [0], progress=False)
+    types = first_compile.signatures(dtype)
+    assert set(first_compile.HELPER) | set(first_compile.HERE) == set(types)
+    assert not set(first_compile.HELPER) & set(first_compile.HERE)
+    for name, sig in types.items():
+        assert sig in first_compile.function(name).signatures, f"{name}: {sig} is not what training compiled"
+
+
+def test_the_helper_runs_as_a_module() -> None:
+    """``python -m lengthgen.engine.first_compile float32``, as ``compile_step`` starts it, exits cleanly (here the
+    functions come from the cache the test above filled)."""
+    done = subprocess.run([sys.executable, "-m", "lengthgen.engine.first_compile", "float32"], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("helper_fails", [False, True])
+def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                              helper_fails: bool) -> None:
+    """The first call for a dtype starts the helper and compiles this process's share; the marker then keeps later
+    calls, in this process or another, from doing it again. A helper that fails changes nothing of that."""
+    started: list[list[str]] = []
+    compiled: list[tuple] = []
+    popen = subprocess.Popen
+
+    def helper(args, **kw):
+        started.append(args)
+        return popen([sys.executable, "-c", f"raise SystemExit({int(helper_fails)})"], **kw)
+
+    monkeypatch.setattr(first_compile.subprocess, "Popen", helper)
+    monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: compiled.append((names, dtype)))
+    monkeypatch.setattr(jit_cache, "cache_folder", lambda: tmp_path / "cache")
+    monkeypatch.setattr(first_compile, "_done", set())
+    first_compile.compile_step("float32")
+    first_compile.compile_step("float32")  # the same process: nothing
+    assert started == [[sys.executable, "-m", "lengthgen.engine.first_compile", "float32"]]
+    assert compiled == [(first_compile.HERE, "float32")]
+    assert (tmp_path / "cache" / "first-compile-float32.done").exists()
+    monkeypatch.setattr(first_compile, "_done", set())  # another process, the same cache folder: the marker
+    first_compile.compile_step("float32")
+    assert len(started) == 1 and len(compiled) == 1
