@@ -8,20 +8,37 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
+import numpy as np
 import pytest
 
-from lengthgen import Config, jit_cache, train
-from lengthgen.engine import first_compile
+from lengthgen import Config, draws, jit_cache, train
+from lengthgen.engine import first_compile, step, stretch
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_the_shares_are_what_training_compiles(dtype: str) -> None:
-    """After training a model of ``dtype``, every function of both shares holds the signature the helper (or this
-    process) compiles: otherwise the helper's work would be compiled again here, and the split would save nothing."""
-    train(Config(dtype=dtype, steps=3, target_accuracy=None), [0], progress=False)
+def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
+    """The argument types of each function of both shares are the ones training calls it with: otherwise the helper's
+    work would be compiled again here, and the split would save nothing. A model of ``dtype`` trains, its calls of
+    ``train_steps`` and ``draw_steps`` are recorded, and fresh copies of ``step_in`` and ``train_steps`` (uncached, so
+    that typing them registers what they call in each callee) are compiled for the types of those calls."""
+    seen: dict[str, object] = {}
+    train_steps, draw_steps = stretch.train_steps, draws.draw_steps
+    monkeypatch.setattr(stretch, "train_steps", lambda **kw: (seen.setdefault("train_steps", kw), train_steps(**kw))[1])
+    monkeypatch.setattr(draws, "draw_steps", lambda *a: (seen.setdefault("draw_steps", a), draw_steps(*a))[1])
+    train(Config(dtype=dtype, steps=150, target_accuracy=None), [0], progress=False)
+    monkeypatch.undo()
+    kw, t = seen["train_steps"], numba.typeof
+    buf, work, setup = kw["buf"], kw["work"], kw["setup"]
+    out = step.StepOut(np.empty(1, buf.dtype), np.empty(1, np.int64), np.empty_like(buf))
+    numba.njit(step.step_in.py_func).compile((t(buf), t(kw["xs"][0]), t(np.empty((1, 1), np.int64)), t(setup), t(out),
+                                              t(work)))
+    numba.njit(train_steps.py_func).compile(tuple(t(kw[name]) for name in
+                                                  ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history", "work")))
     types = first_compile.signatures(dtype)
     assert set(first_compile.HELPER) | set(first_compile.HERE) == set(types)
     assert not set(first_compile.HELPER) & set(first_compile.HERE)
+    assert types["draw_steps"] == tuple(t(a) for a in seen["draw_steps"])
     for name, sig in types.items():
         assert sig in first_compile.function(name).signatures, f"{name}: {sig} is not what training compiled"
 
@@ -59,3 +76,15 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
     monkeypatch.setattr(first_compile, "_done", set())  # another process, the same cache folder: the marker
     first_compile.compile_step("float32")
     assert len(started) == 1 and len(compiled) == 1
+
+
+def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    popen = subprocess.Popen
+    monkeypatch.setattr(first_compile.subprocess, "Popen", lambda args, **kw: popen([sys.executable, "-c", "pass"], **kw))
+    monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: None)
+    monkeypatch.setattr(jit_cache, "cache_folder", lambda: tmp_path / "a-file" / "cache")
+    monkeypatch.setattr(first_compile, "_done", set())
+    first_compile.compile_step("float64")
+    assert not (tmp_path / "a-file" / "cache").exists()

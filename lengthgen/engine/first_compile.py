@@ -4,8 +4,8 @@ A process that trains first on a machine (or after an edit of the compiled modul
 step with numba: about 38 s of CPU for float32 on a 2-core AMD EPYC, in one thread. The step's nine blocks
 (``engine.step``), the draws and the update are separate compiled functions, each cached on disk, so a second
 process compiles part of them (``HELPER``) while this one compiles the rest (``HERE``); the step and the stretch
-then load the helper's share from numba's cache instead of compiling it (measured: the first training call 39 s ->
-27 s of wall clock, benchmarks/README.md).
+then load the helper's share from numba's cache instead of compiling it (measured on that machine: the first
+training call of a new process 41-43 s -> 25 s of wall clock, import included; benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -26,7 +26,7 @@ from ..optim import Optimizer, adam_step
 from . import step
 
 # Compiled by the helper process, and here; together every compiled function the stretch calls, by compile time
-# (about 13 s each side, measured one by one)
+# (about 10 s of compiling each side, measured one by one on a 2-core AMD EPYC)
 HELPER = ("_attention", "_loss", "_backward_logits", "_backward_projections", "adam_step")
 HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "draw_steps")
 HELPER_SECONDS = 300  # the longest this process waits for the helper before compiling the rest itself
@@ -96,8 +96,11 @@ def compile_step(dtype: str) -> None:
         if helper.poll() is None:
             helper.kill()
             helper.wait()
-    folder.mkdir(parents=True, exist_ok=True)
-    marker.touch()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a folder this process may not write to: numba cannot cache there either, so no marker
+        pass
 
 
 if __name__ == "__main__":  # the helper: python -m lengthgen.engine.first_compile float32
