@@ -402,6 +402,19 @@ def sweep_throughput() -> dict:
     return out
 
 
+FIRST_CALL = "from lengthgen import Config, train; train(Config(steps=20, target_accuracy=None), [0], progress=False)"
+
+
+def first_call() -> dict:
+    """A new process's first training call (the default task, 20 Adam steps) from an empty compile cache, import
+    included: what a reader's first training cell waits for after the install. One run, in a fresh
+    ``$NUMBA_CACHE_DIR`` (the helper of ``engine.first_compile`` included)."""
+    with tempfile.TemporaryDirectory() as cache:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", FIRST_CALL], env={**os.environ, "NUMBA_CACHE_DIR": cache}, check=True)
+        return {"wall": time.perf_counter() - start, "what": FIRST_CALL}
+
+
 def full_book() -> dict | None:
     """The last full-book build's timings (``python -m lengthgen.book`` writes them), if present: the wall seconds
     of its sweep step and chapters together (``seconds``), each step's own, and whether every chapter ran. A
@@ -496,6 +509,8 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
          f"baseline {fl['baseline']['flop_per_s'] / 1e9:.2f} ({fl['baseline']['seconds_per_step'] * 1e3:.2f} ms); "
          f"{MATMUL_SIZE}^2 matmul {fl['matmul_1_thread_flop_per_s'] / 1e9:.1f} (1 thr)"),
     ]
+    out.append(("first training call of a new process, empty compile cache (import included; one run)", "<= 15 s",
+                r["first_call"]["wall"] <= 15, f"{r['first_call']['wall']:.1f} s"))
     book = r["full_book"]
     out.append(("full book (python -m lengthgen.book, full parameters; read, not built)", "< 30 min",
                 book is not None and book["complete"] and book["seconds"] < 1800,
@@ -538,6 +553,7 @@ def main() -> None:
              ("batched", lambda: batched_vs_in_a_row(c, a.repeats)),
              ("eval", lambda: evaluation_time(c, a.repeats, default_threads)),
              ("flops", lambda: flops(c, a.repeats)),
+             ("first_call", first_call),
              ("full_book", full_book)]
     for key, measure in steps:
         start = time.perf_counter()

@@ -25,8 +25,8 @@ from .. import draws, jit_cache
 from ..optim import Optimizer, adam_step
 from . import step
 
-# Compiled by the helper process, and here; together every compiled function the stretch calls, by compile time
-# (about 10 s of compiling each side, measured one by one on a 2-core AMD EPYC)
+# What the helper process compiles, and what this one does: together every compiled function a stretch of steps
+# calls, split so that each side compiles for about 10 s (each function's compile timed alone on a 2-core AMD EPYC)
 HELPER = ("_attention", "_loss", "_backward_logits", "_backward_projections", "adam_step")
 HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "draw_steps")
 HELPER_SECONDS = 300  # the longest this process waits for the helper before compiling the rest itself
