@@ -157,6 +157,7 @@ class TableStep(Layout):
         self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
         self._compiled: engine_step.StepSetup | None = None
         self._rooms: dict[tuple, np.ndarray] = {}  # ``run``'s blocks of drawn batches, by (which, shape)
+        self._works: dict[tuple, engine_step.StepArrays] = {}  # ``run``'s working arrays, by (which, B, L, dtype)
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -276,18 +277,17 @@ class TableStep(Layout):
         fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
         states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
-        works: dict[int, engine_step.StepArrays] = {}  # the step's working arrays, one set per group of members
-
         def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> None:
             """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed)."""
             r = rows.stop - rows.start
-            if rows.start not in works:
-                works[rows.start] = engine_step.step_arrays(p, setup.kind, B, L, setup.V, setup.d, setup.ec)
+            key = (rows.start, B, L, p.dtype)  # the step's working arrays: one set per thread, kept for the next call
+            if key not in self._works:
+                self._works[key] = engine_step.step_arrays(p, setup.kind, B, L, setup.V, setup.d, setup.ec)
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)
             engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup, adam=mine,
-                                       t0=opt.t + done, history=engine_stretch.History(ll, cc), work=works[rows.start])
+                                       t0=opt.t + done, history=engine_stretch.History(ll, cc), work=self._works[key])
             loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
