@@ -11,6 +11,7 @@ import torch
 
 from lengthgen import Config, draws
 from lengthgen.config import ConfigError
+from lengthgen.engine import stretch
 from lengthgen.model import Model
 from lengthgen.optim import Optimizer
 from lengthgen.recipes import SMALL_STEPS
@@ -101,7 +102,8 @@ def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPa
 
 def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh 2 MB block is new pages from the
-    system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in turn."""
+    system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in turn. The
+    step's working arrays are kept too: one set for every call."""
     model = Model(SMALL, [0])
     step = TableStep(SMALL, model.encoding, SMALL.train_length)
     opt = Optimizer("adam", step.pack(model), [SMALL.lr])
@@ -110,10 +112,15 @@ def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch)
     draw_steps = draws.draw_steps
     monkeypatch.setattr(draws, "draw_steps", lambda states, into, V: (where.append(into.ctypes.data),
                                                                       draw_steps(states, into, V))[1])
+    works: list[int] = []
+    train_steps = stretch.train_steps
+    monkeypatch.setattr(stretch, "train_steps", lambda **kw: (works.append(kw["work"].lg.ctypes.data),
+                                                             train_steps(**kw))[1])
     for threads in (1, 1, 2, 2):
         step.run(opt, stream, np.arange(1), np.array([SMALL.offset]), 100, threads=threads)
     one, two = where[:len(where) // 2], where[len(where) // 2:]
     assert len(set(one)) == 1 and len(set(two)) == 2 and set(one) < set(two)
+    assert len(works) == 16 and len(set(works)) == 1
 
 
 def test_checkpoints_cut_stretches_without_changing_them() -> None:
