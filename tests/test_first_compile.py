@@ -12,7 +12,7 @@ import numba
 import numpy as np
 import pytest
 
-from lengthgen import Config, draws, jit_cache, train
+from lengthgen import Config, draws, train
 from lengthgen.engine import first_compile, step, stretch
 
 
@@ -66,7 +66,7 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
 
     monkeypatch.setattr(first_compile.subprocess, "Popen", helper)
     monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: compiled.append((names, dtype)))
-    monkeypatch.setattr(jit_cache, "cache_folder", lambda: tmp_path / "cache")
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
     first_compile.compile_step("float32")
     first_compile.compile_step("float32")  # the same process: nothing
@@ -84,7 +84,7 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     popen = subprocess.Popen
     monkeypatch.setattr(first_compile.subprocess, "Popen", lambda args, **kw: popen([sys.executable, "-c", "pass"], **kw))
     monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: None)
-    monkeypatch.setattr(jit_cache, "cache_folder", lambda: tmp_path / "a-file" / "cache")
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "a-file" / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
     first_compile.compile_step("float64")
     assert not (tmp_path / "a-file" / "cache").exists()

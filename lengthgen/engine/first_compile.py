@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numba
 import numpy as np
 import torch
 
-from .. import draws, jit_cache
+from .. import draws
 from ..optim import Optimizer, adam_step
 from . import step
 
@@ -81,7 +82,7 @@ def compile_step(dtype: str) -> None:
     if dtype in _done:
         return
     _done.add(dtype)
-    folder = jit_cache.cache_folder()
+    folder = Path(numba.config.CACHE_DIR)  # where numba caches this version's functions (set by ``jit_cache``)
     marker = folder / f"first-compile-{dtype}.done"
     if marker.exists():
         return
