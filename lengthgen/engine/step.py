@@ -628,7 +628,7 @@ def _backward_projections(p, G, setup, work):
             G[r * d + k] = gX[r, k]
 
 
-@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True)
+@njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True, inline="always")
 def step_in(buf, x, target, setup, out, work):
     """``table_step`` in the working arrays ``work`` (``StepArrays``): member after member, the blocks above."""
     for s in range(x.shape[0]):
