@@ -157,7 +157,7 @@ class TableStep(Layout):
         self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
         self._compiled: engine_step.StepSetup | None = None
         self._rooms: dict[tuple, np.ndarray] = {}  # ``run``'s blocks of drawn batches, by (which, shape)
-        self._works: dict[tuple, engine_step.StepArrays] = {}  # ``run``'s working arrays, by (which, B, L, dtype)
+        self._works: dict[tuple, engine_step.Work] = {}  # ``run``'s working arrays, by (which, B, L, dtype)
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]

@@ -22,6 +22,7 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     work would be compiled again here, and the split would save nothing. A model of ``dtype`` trains, its calls of
     ``train_steps`` and ``draw_steps`` are recorded, and fresh copies of ``step_in`` and ``train_steps`` (uncached, so
     that typing them registers what they call in each callee) are compiled for the types of those calls."""
+    first_compile.compile_step(dtype)  # before the recorders stand in for the functions it compiles
     seen: dict[str, object] = {}
     train_steps, draw_steps = stretch.train_steps, draws.draw_steps
     monkeypatch.setattr(stretch, "train_steps", lambda **kw: (seen.setdefault("train_steps", kw), train_steps(**kw))[1])

@@ -103,7 +103,8 @@ def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPa
 def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh 2 MB block is new pages from the
     system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in turn. The
-    step's working arrays are kept too: one set for every call."""
+    step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for every
+    call."""
     model = Model(SMALL, [0])
     step = TableStep(SMALL, model.encoding, SMALL.train_length)
     opt = Optimizer("adam", step.pack(model), [SMALL.lr])
@@ -114,7 +115,7 @@ def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch)
                                                                       draw_steps(states, into, V))[1])
     works: list[int] = []
     train_steps = stretch.train_steps
-    monkeypatch.setattr(stretch, "train_steps", lambda **kw: (works.append(kw["work"].lg.ctypes.data),
+    monkeypatch.setattr(stretch, "train_steps", lambda **kw: (works.append(id(kw["work"])),
                                                              train_steps(**kw))[1])
     for threads in (1, 1, 2, 2):
         step.run(opt, stream, np.arange(1), np.array([SMALL.offset]), 100, threads=threads)
