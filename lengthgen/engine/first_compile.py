@@ -1,11 +1,13 @@
 """The first compile of the step, on two cores.
 
 A process that trains first on a machine (or after an edit of the compiled modules: ``jit_cache``) compiles the
-step with numba: about 38 s of CPU for float32 on a 2-core AMD EPYC, in one thread. The step's nine blocks
+step with numba: about 23 s of CPU for float32 on a 2-core AMD EPYC, in one thread (38 s before the two cuts in
+benchmarks/README.md). The step's nine blocks
 (``engine.step``), the draws and the update are separate compiled functions, each cached on disk, so a second
-process compiles part of them (``HELPER``) while this one compiles the rest (``HERE``); the step and the stretch
-then load the helper's share from numba's cache instead of compiling it (measured on that machine: the first
-training call of a new process 41-43 s -> 25 s of wall clock, import included; benchmarks/README.md).
+process compiles part of them (``HELPER``) while this one compiles the rest (``HERE``); the stretch (``train_steps``)
+then loads the helper's share from numba's cache instead of compiling it (measured on that machine: the first
+training call of a new process 41-43 s -> 25 s of wall clock, import included; with ``step_in`` inlined into
+``train_steps`` and the working arrays passed as one reference (``step.Work``), 18-20 s; benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
