@@ -254,19 +254,22 @@ class TableStep(Layout):
                 and opt.power == 0 and lo == hi and all(draws.mt_state(g) is not None for g in stream.gens))
 
     def run(self, opt: Optimizer, stream: TrainStream, members: np.ndarray, offsets: np.ndarray, n: int,
-            threads: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+            threads: int = 1, stop: engine_stretch.EarlyStop | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` training steps of the stream's ``members`` (the buffer's rows, in order; ``offsets`` theirs) by
         ``engine.stretch.train_steps`` (where ``runs_ahead``): each step the batch ``stream.next`` would give, the
-        gradient of ``__call__`` and ``opt.step``'s update. The same numbers as n such steps, and the stream's
-        generators and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (n, S) and correct predictions
-        (n, S) int64.
+        gradient of ``__call__`` and ``opt.step``'s update; fewer where the early stop's rule ``stop`` ends the
+        stretch (``engine.stretch.EarlyStop``). The same numbers as that many such steps, and the stream's
+        generators and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (k, S) and correct
+        predictions (k, S) int64 of the k steps taken.
 
-        With ``threads`` > 1 and at least ``THREADED_STEPS`` steps, the work goes on threads (the compiled loops
-        hold no GIL; one hand-off per call or block, never per step), in one of two ways. Members never interact:
-        several members are cut into groups of consecutive rows, each trained through all n steps on its own
-        thread. One member's batches are drawn ahead on a second thread, a block of steps at a time
+        With ``threads`` > 1, at least ``THREADED_STEPS`` steps and no ``stop``, the work goes on threads (the
+        compiled loops hold no GIL; one hand-off per call or block, never per step), in one of two ways. Members
+        never interact: several members are cut into groups of consecutive rows, each trained through all n steps
+        on its own thread. One member's batches are drawn ahead on a second thread, a block of steps at a time
         (``draws.draw_steps``), while it trains on the block before. Either way each member's numbers are the
-        ones it gets alone, on one thread."""
+        ones it gets alone, on one thread. With ``stop`` all members train on this thread (a stretch that ends
+        early ends for all of them), and a block of batches drawn past the stretch's end is drawn again up to it,
+        so that the generators stand where the steps taken leave them."""
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
         first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."))
@@ -277,8 +280,9 @@ class TableStep(Layout):
         fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
         states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
-        def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> None:
-            """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed)."""
+        def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> tuple[int, bool]:
+            """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed), or
+            fewer where ``stop`` ends them: returns how many were taken, and whether ``stop`` ended them."""
             r = rows.stop - rows.start
             key = (rows.start, B, L, p.dtype)  # the step's working arrays: one set per thread, kept for the next call
             if key not in self._works:
@@ -286,9 +290,16 @@ class TableStep(Layout):
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)
-            engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup, adam=mine,
-                                       t0=opt.t + done, history=engine_stretch.History(ll, cc), work=self._works[key])
-            loglik[done:done + k, rows], correct[done:done + k, rows] = ll, cc
+            if stop is None:
+                rule = engine_stretch.never_stop(r)
+            else:  # the window's last counts before this block: those before the call, then this call's
+                prior = np.concatenate((stop.before, correct[:done]))
+                rule = stop._replace(before=np.ascontiguousarray(prior[max(0, len(prior) - stop.window + 1):]))
+            took, ended = engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup,
+                                                     adam=mine, t0=opt.t + done, history=engine_stretch.History(ll, cc),
+                                                     work=self._works[key], stop=rule)
+            loglik[done:done + took, rows], correct[done:done + took, rows] = ll[:took], cc[:took]
+            return took, ended
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
             """The next len(into) batches of the members at rows, from their generators' states, into ``into``."""
@@ -301,21 +312,30 @@ class TableStep(Layout):
             size = max(1, min(n, DRAWN_BYTES // (r * B * L * 8)))
             return self._room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
 
-        def train_rows(rows: slice) -> None:  # draw a block, train on it, and so on
+        def train_rows(rows: slice) -> int:
+            """Draw a block, train on it, and so on; returns the steps taken."""
             if fixed is not None:
-                return steps(rows, fixed[:, rows], 0, n)
+                return steps(rows, fixed[:, rows], 0, n)[0]
             room, todo = blocks(rows)
             for done, k in todo:
-                steps(rows, draw(rows, room[:k]), done, k)
+                start = states[rows].copy()
+                took, ended = steps(rows, draw(rows, room[:k]), done, k)
+                if ended:  # by ``stop``: the generators as the steps taken leave them
+                    if took < k:
+                        states[rows] = start
+                        draw(rows, room[:took])
+                    return done + took
+            return n
 
-        lanes = min(threads, S) if n >= THREADED_STEPS else 1
+        lanes = min(threads, S) if n >= THREADED_STEPS and stop is None else 1
+        taken = n
         if lanes > 1:  # groups of members, each on its thread
             cuts = np.linspace(0, S, lanes + 1).round().astype(int)
             others = [_pool().submit(train_rows, slice(a, b)) for a, b in zip(cuts[:-2], cuts[1:-1])]
             train_rows(slice(cuts[-2], cuts[-1]))  # the last group on this thread: one hand-off fewer
             for done in others:
                 done.result()
-        elif fixed is None and threads > 1 and n >= THREADED_STEPS:  # the next block drawn on a second thread
+        elif fixed is None and threads > 1 and n >= THREADED_STEPS and stop is None:  # the next block drawn ahead
             every = slice(0, S)
             room, todo = blocks(every)
             rooms = (room, blocks(every, 1)[0])  # one is drawn into while the other is trained on
@@ -326,11 +346,11 @@ class TableStep(Layout):
                     ahead = _pool().submit(draw, every, rooms[(i + 1) % 2][:todo[i + 1][1]])
                 steps(every, xs, done, k)
         else:
-            train_rows(slice(0, S))
-        opt.t += n
+            taken = train_rows(slice(0, S))
+        opt.t += taken
         for i, state in zip(members, states if states is not None else []):
             stream.gens[i].set_state(torch.from_numpy(state))
-        return torch.from_numpy(loglik), torch.from_numpy(correct)
+        return torch.from_numpy(loglik[:taken]), torch.from_numpy(correct[:taken])
 
     def _room(self, which: tuple, shape: tuple) -> np.ndarray:
         """An int64 array of ``shape`` kept for the next ``run`` (the same ``which``: one per thread and buffer): a

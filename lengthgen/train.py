@@ -31,6 +31,7 @@ from threadpoolctl import ThreadpoolController
 from tqdm.auto import tqdm
 
 from .config import Config, ConfigError, usable_cores
+from .engine.stretch import EarlyStop
 from .model import Layout, Model, log_likelihood
 from .optim import Optimizer
 from .tables import TableStep, applies
@@ -134,6 +135,11 @@ def run_threads() -> int:
 # untrained APE rows stay exactly at their initial values; decay_scope="all" decays them too.
 TABLES = ("embed", "encoding.table")
 STOP_WINDOW = 5  # steps averaged for the early stop
+# A stretch of compiled steps under an early stop ends at every step where the exact mean of a member's window,
+# h / (STOP_WINDOW B) for h correct predictions, is within STOP_MARGIN of its target (``stop_hits``). The training
+# loop's own check rounds (counts / B and their mean in float32: a few roundings of numbers <= 1, each under 6e-8),
+# so it is within far less than STOP_MARGIN of the exact mean, and a stretch never passes a step where it stops.
+STOP_MARGIN = 1e-6
 TRAIN_THREADS = 1  # intra-op CPU threads while training (see cpu_threads)
 THREADS_ENV = "LENGTHGEN_THREADS"  # threads for the members of an ensemble (run_threads)
 # With on_step (the playground's progress bar) a stretch runs ON_STEP_EVERY steps at first, and twice as many as the
@@ -146,6 +152,16 @@ ON_STEP_SECONDS = 0.1
 # or the shared data stream and must be equal).
 MEMBER_FIELDS = ("lr", "weight_decay", "decay_scope", "steps", "target_accuracy", "offset")
 GRADIENTS = ("tables", "autograd")  # how a step's gradient is computed (train_runs' ``gradient``)
+
+
+def stop_hits(stop_at: np.ndarray, batch: int, window: int = STOP_WINDOW) -> np.ndarray:
+    """(S,) int64: for each member, the smallest sum h of its correct predictions over ``window`` steps of ``batch``
+    sequences whose exact mean accuracy h / (window batch) is at least its target ``stop_at`` (S,) minus
+    ``STOP_MARGIN``; window x batch + 1 (never) for a NaN target (no early stop). ``engine.stretch.EarlyStop``'s
+    ``hits``."""
+    total = window * batch
+    need = np.ceil((np.asarray(stop_at, np.float64) - STOP_MARGIN) * total)
+    return np.where(np.isnan(need), total + 1, np.clip(need, 0, total + 1)).astype(np.int64)
 
 
 def shape_key(c: Config) -> str:
@@ -386,11 +402,13 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
         return _Members.of(ids[~leaving], offsets, budget, device), [w.index_select(0, kept) for w in window]
 
     # where the gradient function can (``TableStep.run``: compiled, on the CPU) it takes whole stretches of steps
-    # with nothing to decide between them in one call (its members on ``run_threads()`` threads), and single
-    # steps under an early stop (the same compiled code: the same numbers either way); on_step then hears of
-    # each step of a stretch (``span`` steps at most) once the stretch is done
+    # up to the next checkpoint or spent budget in one call (its members on ``run_threads()`` threads); under an
+    # early stop a stretch also ends where a member's window may reach its target (``stop_hits``), and the check
+    # below decides at its last step (the same compiled code: the same numbers either way); on_step then hears
+    # of each step of a stretch (``span`` steps at most) once the stretch is done
     ahead = getattr(step_fn, "runs_ahead", lambda *_: False)(opt, stream)
     threads = run_threads() if ahead else 1
+    least_hits = stop_hits(stop_at.cpu().numpy(), B)  # where a stretch may end under the early stop
     step = 0
     drawn = None  # the last batch drawn step by step, drawn into again (TrainStream.draw)
     span = ON_STEP_EVERY  # the steps of the next stretch while on_step listens
@@ -402,12 +420,17 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
             break
         ids, n = members.ids, len(members.ids)
         if ahead:  # k steps: (k, n) log-likelihoods and correct predictions
-            k = (1 if early else members.until - step if on_checkpoint is None
-                 else min(members.until - step, every - step % every))
+            k = members.until - step if on_checkpoint is None else min(members.until - step, every - step % every)
             if on_step is not None:
                 k = min(k, span)
+            rule = None
+            if early:  # the last STOP_WINDOW - 1 counts before the stretch, oldest first
+                before = np.array([w.numpy() for w in window[max(0, len(window) - STOP_WINDOW + 1):]],
+                                  np.int64).reshape(-1, n)
+                rule = EarlyStop(least_hits[ids], before, STOP_WINDOW)
             started = time.perf_counter()
-            loglik, correct = step_fn.run(opt, stream, ids, offsets[ids], k, threads)
+            loglik, correct = step_fn.run(opt, stream, ids, offsets[ids], k, threads, rule)
+            k = len(loglik)  # fewer where the early stop's rule ended the stretch
             if on_step is not None and k == span and time.perf_counter() - started < ON_STEP_SECONDS / 2:
                 span *= 2
         else:
@@ -434,7 +457,7 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
                 last_acc[ids] = hits / np.float32(B)
                 on_step(step - k + i, last_acc.copy())
         if early:
-            window = (window + [correct[-1]])[-STOP_WINDOW:]
+            window = (window + list(correct[-STOP_WINDOW:]))[-STOP_WINDOW:]
             if len(window) == STOP_WINDOW:  # a lucky batch alone does not stop
                 recent = (torch.stack(window).to(torch.float32) / B).mean(0)
                 reached = (recent >= stop_at[here(ids)]).cpu().numpy()  # NaN (no early stop) never compares true

@@ -35,7 +35,8 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     numba.njit(step.step_in.py_func).compile((t(buf), t(kw["xs"][0]), t(np.empty((1, 1), np.int64)), t(setup), t(out),
                                               t(work)))
     numba.njit(train_steps.py_func).compile(tuple(t(kw[name]) for name in
-                                                  ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history", "work")))
+                                                  ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history", "work",
+                                                   "stop")))
     types = first_compile.signatures(dtype)
     assert set(first_compile.HELPER) | set(first_compile.HERE) == set(types)
     assert not set(first_compile.HELPER) & set(first_compile.HERE)

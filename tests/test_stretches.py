@@ -27,17 +27,59 @@ def same_history(a, b, i: int = 0, j: int = 0) -> bool:
     return bool(np.array_equal(a.loss[:, i], b.loss[:, j]) and np.array_equal(a.accuracy[:, i], b.accuracy[:, j]))
 
 
+def single_steps(c: Config, seeds: list[int]):
+    """``train(c, seeds)`` one step per call: a checkpoint after every step ends every stretch there."""
+    return train(c, seeds, progress=False, checkpoint_every=1, on_checkpoint=lambda step, model: False)
+
+
+def same_run(a, b) -> bool:
+    """The same steps, histories and parameters to the bit."""
+    return (np.array_equal(a.steps, b.steps) and np.array_equal(a.loss, b.loss, equal_nan=True)
+            and np.array_equal(a.accuracy, b.accuracy, equal_nan=True)
+            and all(torch.equal(x, y) for x, y in zip(a.model.parameters(), b.model.parameters())))
+
+
 @pytest.mark.parametrize("train_set", [None, 64])
 def test_a_stretch_equals_single_steps(train_set: int | None) -> None:
-    """A member trained alone takes its 240 steps as one stretch; beside a member with an early stop the
-    ensemble takes single steps. Its history and parameters are the same to the bit (fresh draws, and a fixed
-    training set)."""
+    """A member trained alone takes its 240 steps as one stretch; with a checkpoint after every step it takes them
+    one call at a time. The same history and parameters to the bit (fresh draws, and a fixed training set)."""
     c = SMALL if train_set is None else SMALL.replace(train_set=train_set, batch=train_set)
-    alone = train(c, [1], progress=False)
-    mixed = train_runs([(c.replace(target_accuracy=1.0), 0), (c, 1)], progress=False)[1]
-    assert same_history(alone, mixed)
-    for a, b in zip(alone.model.parameters(), mixed.model.parameters()):
-        assert torch.equal(a, b)
+    assert same_run(train(c, [1], progress=False), single_steps(c, [1]))
+
+
+@pytest.mark.parametrize("margin", [train_module.STOP_MARGIN, 0.3])
+@pytest.mark.parametrize("train_set", [None, 64])
+def test_the_early_stop_in_stretches_stops_where_single_steps_do(monkeypatch: pytest.MonkeyPatch, margin: float,
+                                                                 train_set: int | None) -> None:
+    """Under an early stop a stretch ends where a member's window may reach its target, and the training loop decides
+    there: the members stop at the steps where they stop one step per call, with the same histories and parameters
+    (three members with targets 0.9, 0.995 and none, the book's first-fit step size). With a margin of 0.3 the
+    stretches end far below the target again and again, mid-block of drawn batches, and the loop trains on: the
+    same numbers still (the generators are rewound to the stretch's end)."""
+    monkeypatch.setattr(train_module, "STOP_MARGIN", margin)
+    c = Config(steps=300) if train_set is None else Config(steps=300, train_set=train_set, batch=train_set)
+    runs = [(c.replace(target_accuracy=0.9), 0), (c, 1), (c.replace(target_accuracy=None), 2)]
+    stretches = train_runs(runs, progress=False)
+    one_by_one = train_runs(runs, progress=False, checkpoint_every=1, on_checkpoint=lambda step, model: False)
+    for a, b in zip(stretches, one_by_one):
+        assert same_run(a, b)
+    assert 0 < stretches[0].steps[0] < 300 and 0 < stretches[1].steps[0] < 300 and stretches[2].steps[0] == 300
+
+
+@pytest.mark.parametrize("batch", [1, 7, 100, 256])
+@pytest.mark.parametrize("target", [1 / 3, 0.5, 0.9, 0.995, 0.999, 1.0])
+def test_stop_hits_never_passes_a_step_where_the_loop_stops(batch: int, target: float) -> None:
+    """Every window of correct counts that the training loop's own check (float32, as in ``_train``) stops at sums to
+    at least ``stop_hits``; and every sum that reaches it is within STOP_MARGIN of the target exactly."""
+    W = train_module.STOP_WINDOW
+    stop_at = torch.tensor([target], dtype=torch.float32)
+    least = int(train_module.stop_hits(stop_at.numpy(), batch)[0])
+    for h in range(W * batch + 1):
+        counts = torch.tensor([[h // W + (i < h % W)] for i in range(W)], dtype=torch.int64)  # (W, 1), spread
+        stops = bool((counts.to(torch.float32) / batch).mean(0) >= stop_at)
+        assert not stops or h >= least, (h, least)
+        assert h < least or h / (W * batch) >= float(stop_at) - train_module.STOP_MARGIN
+    assert train_module.stop_hits(np.array([np.nan], np.float32), batch)[0] == W * batch + 1
 
 
 def test_threads_do_not_change_the_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,9 +131,9 @@ def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPa
     calls: list[int] = []
     run = TableStep.run
 
-    def counted(self, opt, stream, members, offsets, n, threads=1):
+    def counted(self, opt, stream, members, offsets, n, threads=1, stop=None):
         calls.append(n)
-        return run(self, opt, stream, members, offsets, n, threads)
+        return run(self, opt, stream, members, offsets, n, threads, stop)
 
     monkeypatch.setattr(TableStep, "run", counted)
     heard = train(SMALL, [0], progress=False, on_step=lambda i, acc: None)

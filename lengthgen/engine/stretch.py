@@ -1,7 +1,8 @@
 """A stretch of training steps in one compiled call: targets, the table step's gradient and the AdamW update, n
 times, with no Python between the steps (and without the GIL). ``tables.TableStep.run`` takes whole stretches
-where nothing is to be decided between steps (no early stop, no checkpoint); tests/test_stretches.py checks that
-a stretch gives the numbers of the same steps taken one call at a time.
+up to the next step where something may be decided (a checkpoint, a budget spent, or an early stop: the stretch
+ends at the first step where a member's window of correct predictions may reach its target, ``EarlyStop``);
+tests/test_stretches.py checks that a stretch gives the numbers of the same steps taken one call at a time.
 """
 
 from __future__ import annotations
@@ -15,6 +16,38 @@ from ..optim import adam_step
 from .step import StepOut, step_in
 
 
+class EarlyStop(NamedTuple):
+    """Where a stretch ends before its n steps: after the first step at which some member s's correct predictions
+    over the last ``window`` steps sum to ``hits[s]`` or more. The training loop (``train._train``) then decides the
+    stop itself, as at every step; ``hits`` is set low enough that it never passes over a step where it would stop
+    (``train.stop_hits``)."""
+
+    hits: np.ndarray  # (S,) int64: the smallest window sum that may stop member s (above window x B: never)
+    before: np.ndarray  # (m, S) int64: the correct counts of the m < window steps before the stretch, oldest first
+    window: int  # steps in the window
+
+
+def never_stop(S: int) -> EarlyStop:
+    """The ``EarlyStop`` of S members none of which stops early."""
+    return EarlyStop(np.full(S, np.iinfo(np.int64).max, np.int64), np.zeros((0, S), np.int64), 1)
+
+
+@njit(cache=True, inline="always")
+def may_stop(correct, k, stop):
+    """Whether the stretch ends after its step k: some member's correct counts over the last ``stop.window`` steps
+    (correct (n, S) int64 of the stretch's steps, after ``stop.before``'s) sum to its ``stop.hits`` or more."""
+    m, W = stop.before.shape[0], stop.window
+    if m + k + 1 < W:  # not a whole window yet
+        return False
+    for s in range(correct.shape[1]):
+        total = 0
+        for j in range(k + 1 - W, k + 1):
+            total += correct[j, s] if j >= 0 else stop.before[m + j, s]
+        if total >= stop.hits[s]:
+            return True
+    return False
+
+
 class History(NamedTuple):
     """What a stretch records of each of its n steps."""
 
@@ -23,9 +56,10 @@ class History(NamedTuple):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work):
-    """``n`` whole training steps: step k trains on the batches xs[k % len(xs)] (S, B, L) (n batches drawn before,
-    ``draws.draw_steps``, or one fixed training set), reads member s's targets ``offsets[s]`` positions before the
+def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work, stop):
+    """Up to ``n`` whole training steps; returns how many it took and whether ``stop`` (an ``EarlyStop``) ended the
+    stretch (at its last step, or before the n). Step k trains on the batches xs[k % len(xs)] (S, B, L) (n batches
+    drawn before, ``draws.draw_steps``, or one fixed training set), reads member s's targets ``offsets[s]`` positions before the
     last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the AdamW update number t0 + k + 1
     (``optim.adam_step``; adam: ``optim.AdamArrays``, its step sizes constant over the stretch), and writes its
     mean log-likelihoods and correct predictions into history[k] (``History``); work: ``step.step_arrays`` for the
@@ -43,3 +77,6 @@ def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work):
         for s in range(S):
             history.loglik[k, s] = out.loglik[s]
             history.correct[k, s] = out.correct[s]
+        if may_stop(history.correct, k, stop):
+            return k + 1, True
+    return n, False
