@@ -236,7 +236,7 @@ class TableStep(Layout):
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``__call__`` as one call of ``engine.step.table_step`` (CPU, no MLP)."""
         S, B, L = x.shape
-        first_compile.compile_step(str(buf.dtype).removeprefix("torch."))
+        first_compile.compile_step(str(buf.dtype).removeprefix("torch."), "step_in")
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
@@ -272,7 +272,7 @@ class TableStep(Layout):
         so that the generators stand where the steps taken leave them."""
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
-        first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."))
+        first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."), "train_steps")
         p, adam = opt.adam_arrays()
         setup = self._compiled_setup(L, opt.params.dtype)
         offsets = np.ascontiguousarray(offsets, np.int64)

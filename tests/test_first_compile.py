@@ -18,31 +18,35 @@ from lengthgen.engine import first_compile, step, stretch
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
-    """The argument types of each function of both shares are the ones training calls it with: otherwise the helper's
-    work would be compiled again here, and the split would save nothing. A model of ``dtype`` trains, its calls of
-    ``train_steps`` and ``draw_steps`` are recorded, and fresh copies of ``step_in`` and ``train_steps`` (uncached, so
-    that typing them registers what they call in each callee) are compiled for the types of those calls."""
-    first_compile.compile_step(dtype)  # before the recorders stand in for the functions it compiles
+    """The argument types of each function of the shares and of both entries are the ones training calls it with:
+    otherwise the helper's work would be compiled again here, and the split would save nothing. A model of ``dtype``
+    trains with Adam (stretches: ``train_steps``) and one with gradient descent (single steps: ``step_in``); the calls
+    of ``train_steps``, ``draw_steps`` and ``table_step`` are recorded, and fresh copies of ``step_in`` and
+    ``train_steps`` (uncached, so that typing them registers what they call in each callee) are compiled for the
+    types of those calls."""
+    first_compile.compile_step(dtype, "train_steps")  # before the recorders stand in for the functions it compiles
     seen: dict[str, object] = {}
-    train_steps, draw_steps = stretch.train_steps, draws.draw_steps
+    train_steps, draw_steps, table_step = stretch.train_steps, draws.draw_steps, step.table_step
     monkeypatch.setattr(stretch, "train_steps", lambda **kw: (seen.setdefault("train_steps", kw), train_steps(**kw))[1])
     monkeypatch.setattr(draws, "draw_steps", lambda *a: (seen.setdefault("draw_steps", a), draw_steps(*a))[1])
+    monkeypatch.setattr(step, "table_step", lambda *a: (seen.setdefault("table_step", a), table_step(*a))[1])
     train(Config(dtype=dtype, steps=150, target_accuracy=None), [0], progress=False)
+    train(Config(dtype=dtype, steps=3, optimizer="gd", lr=0.1), [0], progress=False)
     monkeypatch.undo()
     kw, t = seen["train_steps"], numba.typeof
-    buf, work, setup = kw["buf"], kw["work"], kw["setup"]
-    out = step.StepOut(np.empty(1, buf.dtype), np.empty(1, np.int64), np.empty_like(buf))
-    numba.njit(step.step_in.py_func).compile((t(buf), t(kw["xs"][0]), t(np.empty((1, 1), np.int64)), t(setup), t(out),
-                                              t(work)))
-    numba.njit(train_steps.py_func).compile(tuple(t(kw[name]) for name in
-                                                  ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history", "work",
-                                                   "stop")))
+    buf, x, target, setup, out = seen["table_step"]
+    calls = {"train_steps": tuple(t(kw[name]) for name in ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history",
+                                                           "work", "stop")),
+             "step_in": (t(buf), t(x), t(target), t(setup), t(out), t(kw["work"])),
+             "draw_steps": tuple(t(a) for a in seen["draw_steps"])}
+    for name in first_compile.ENTRIES:
+        numba.njit(first_compile.function(name).py_func).compile(calls[name])
     types = first_compile.signatures(dtype)
-    assert set(first_compile.HELPER) | set(first_compile.HERE) == set(types)
-    assert not set(first_compile.HELPER) & set(first_compile.HERE)
-    assert types["draw_steps"] == tuple(t(a) for a in seen["draw_steps"])
+    parts = (first_compile.HELPER, first_compile.HERE, first_compile.LATER, first_compile.ENTRIES)
+    assert set().union(*parts) == set(types) and sum(map(len, parts)) == len(types)
     for name, sig in types.items():
-        assert sig in first_compile.function(name).signatures, f"{name}: {sig} is not what training compiled"
+        assert sig == calls[name] if name in calls else sig in first_compile.function(name).signatures, (
+            f"{name}: {sig} is not what training compiled")
 
 
 def test_the_helper_runs_as_a_module() -> None:
@@ -70,14 +74,14 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
     monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: compiled.append((names, dtype)))
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
-    first_compile.compile_step("float32")
-    first_compile.compile_step("float32")  # the same process: nothing
+    first_compile.compile_step("float32", "train_steps")
+    first_compile.compile_step("float32", "step_in")  # the same process: nothing
     assert started == [[sys.executable, "-m", "lengthgen.engine.first_compile", "float32"]]
-    assert compiled == [(first_compile.HERE, "float32")]
+    assert compiled == [(first_compile.HERE, "float32"), (("train_steps",), "float32")]
     assert (tmp_path / "cache" / "first-compile-float32.done").exists()
     monkeypatch.setattr(first_compile, "_done", set())  # another process, the same cache folder: the marker
-    first_compile.compile_step("float32")
-    assert len(started) == 1 and len(compiled) == 1
+    first_compile.compile_step("float32", "train_steps")
+    assert len(started) == 1 and len(compiled) == 2
 
 
 def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
@@ -88,5 +92,5 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: None)
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "a-file" / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
-    first_compile.compile_step("float64")
+    first_compile.compile_step("float64", "step_in")
     assert not (tmp_path / "a-file" / "cache").exists()
