@@ -169,20 +169,11 @@ def vs_baseline(c: Config, head: dict, default_threads: int) -> dict:
             "ratio_vs_per_model_batched": ratio(t, head["per_model_batched"])}
 
 
-def small_steps_model(c: Config, repeats: int, vs: dict) -> dict:
-    """One RoPE model (seed 0) trained with the whole small-step recipe (every step, no early stop), and
-    against the baseline with the same recipe: its seconds per step at its faster thread setting (from
-    ``vs_baseline``, measured in this run) times the recipe's steps."""
-    t, trained = timed(lambda: train(c, [0], progress=False), repeats)
-    base = vs["per_step_by_threads"][vs["baseline_threads"]]["baseline"]
-    baseline = {k: base[k] * c.steps for k in ("wall", "cpu")}
-    return {"steps": int(trained.steps[0]), **t, "baseline_estimate": baseline, "ratio": ratio(baseline, t)}
-
-
-def first_fit_model(c: Config, repeats: int, vs: dict) -> dict:
-    """One RoPE model (seed 0) trained with the first-fit recipe (the defaults: Adam, lr 0.01, the early stop at
-    ``target_accuracy`` over ``train.STOP_WINDOW`` steps, whose steps run in stretches that end where the stop may
-    come), and against the baseline: its seconds per step (from ``vs_baseline``) times the steps this model took."""
+def one_model(c: Config, repeats: int, vs: dict) -> dict:
+    """One RoPE model (seed 0) trained with the recipe of ``c`` (the small-step recipe: every step; the first-fit
+    recipe: up to its early stop, in stretches that end where the stop may come), and against the baseline: its
+    seconds per step at its faster thread setting (from ``vs_baseline``, measured in this run) times the steps this
+    model took."""
     t, trained = timed(lambda: train(c, [0], progress=False), repeats)
     steps = int(trained.steps[0])
     base = vs["per_step_by_threads"][vs["baseline_threads"]]["baseline"]
@@ -559,8 +550,8 @@ def main() -> None:
     }
     steps = [("headline", lambda: headline(small)),
              ("vs_baseline", lambda: vs_baseline(small, r["headline"], default_threads)),
-             ("small_steps_model", lambda: small_steps_model(small, a.repeats, r["vs_baseline"])),
-             ("first_fit_model", lambda: first_fit_model(c, a.repeats, r["vs_baseline"])),
+             ("small_steps_model", lambda: one_model(small, a.repeats, r["vs_baseline"])),
+             ("first_fit_model", lambda: one_model(c, a.repeats, r["vs_baseline"])),
              ("ensemble_step", lambda: ensemble_step(a.repeats)),
              ("member_step_cpu", lambda: member_step_cpu(small)),
              ("playground_small_steps", lambda: playground_time(small, a.repeats)),

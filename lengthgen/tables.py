@@ -318,7 +318,7 @@ class TableStep(Layout):
                 return steps(rows, fixed[:, rows], 0, n)[0]
             room, todo = blocks(rows)
             for done, k in todo:
-                start = states[rows].copy()
+                start = None if stop is None else states[rows].copy()  # to rewind to, should ``stop`` end the block
                 took, ended = steps(rows, draw(rows, room[:k]), done, k)
                 if ended:  # by ``stop``: the generators as the steps taken leave them
                     if took < k:

@@ -424,9 +424,8 @@ def _train(model: Model, stream: TrainStream, configs: Sequence[Config], step_fn
             if on_step is not None:
                 k = min(k, span)
             rule = None
-            if early:  # the last STOP_WINDOW - 1 counts before the stretch, oldest first
-                before = np.array([w.numpy() for w in window[max(0, len(window) - STOP_WINDOW + 1):]],
-                                  np.int64).reshape(-1, n)
+            if early:  # the window's counts before the stretch, oldest first
+                before = np.array([w.numpy() for w in window], np.int64).reshape(-1, n)
                 rule = EarlyStop(least_hits[ids], before, STOP_WINDOW)
             started = time.perf_counter()
             loglik, correct = step_fn.run(opt, stream, ids, offsets[ids], k, threads, rule)

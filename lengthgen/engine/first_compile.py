@@ -6,7 +6,8 @@ benchmarks/README.md). The step's nine blocks (``engine.step``), the draws and t
 functions, each cached on disk, so a second process compiles part of them (``HELPER``) while this one compiles the rest
 (``HERE``); this one then compiles the entry it calls (``train_steps`` or ``step_in``), loading the helper's share
 from numba's cache, while the helper compiles what no entry links in (``LATER``). Measured on that machine, the
-first training call of a new process, import included: 41-43 s in one process; 25 s with the helper; 18-20 s with
+first training call of a new process (20 steps of Adam, lr 0.01, batch 256, no early stop, no weight decay), import
+included: 41-43 s in one process; 25 s with the helper; 18-20 s with
 ``step_in`` inlined into ``train_steps`` and the working arrays passed as one reference (``step.Work``); and with
 the entry compiled beside ``LATER``, a median of 18.0 s against 19.4 s over six alternated pairs
 (benchmarks/README.md).

@@ -23,7 +23,7 @@ class EarlyStop(NamedTuple):
     (``train.stop_hits``)."""
 
     hits: np.ndarray  # (S,) int64: the smallest window sum that may stop member s (above window x B: never)
-    before: np.ndarray  # (m, S) int64: the correct counts of the m < window steps before the stretch, oldest first
+    before: np.ndarray  # (m, S) int64: the correct counts of the last m steps before the stretch, oldest first
     window: int  # steps in the window
 
 
