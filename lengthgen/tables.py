@@ -286,7 +286,7 @@ class TableStep(Layout):
             r = rows.stop - rows.start
             key = (rows.start, B, L, p.dtype)  # the step's working arrays: one set per thread, kept for the next call
             if key not in self._works:
-                self._works[key] = engine_step.step_arrays(p, setup.kind, B, L, setup.V, setup.d, setup.ec)
+                self._works[key] = engine_step.step_arrays(p, setup, B, L)
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)

@@ -11,9 +11,12 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+import torch
 
 from lengthgen import Config, draws, train
 from lengthgen.engine import first_compile, step, stretch
+from lengthgen.model import Model
+from lengthgen.tables import TableStep
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -94,3 +97,26 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     monkeypatch.setattr(first_compile, "_done", set())
     first_compile.compile_step("float64", "step_in")
     assert not (tmp_path / "a-file" / "cache").exists()
+
+
+def test_blocks_are_called_at_their_addresses_with_the_types_they_were_compiled_for() -> None:
+    """``step.call`` runs a block's own machine code at the address ``Work.blocks`` holds: the addresses are those
+    of the blocks compiled for ``step.block_types``, one per block; a call with other argument types (here a
+    float64 parameter row beside float32 working arrays) does not compile, rather than run code made for others."""
+    where = step.block_addresses("float32")
+    assert where.dtype == np.int64 and len(set(where.tolist())) == len(step.BLOCKS) and (where != 0).all()
+    for name, address in zip(step.BLOCKS, where):
+        compiled = getattr(step, name).overloads[step.block_types("float32")[name]]
+        assert compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name) == address
+    c = Config()
+    model = Model(c, [0])
+    table = TableStep(c, model.encoding, c.train_length)
+    setup = table._compiled_setup(c.train_length, torch.float32)
+    work = step.step_arrays(np.zeros(1, np.float32), setup, 2, c.train_length)
+
+    @numba.njit
+    def project(p, setup, work):
+        step.call(step._project, work, (p, setup, work))
+
+    with pytest.raises(numba.core.errors.TypingError, match="_project takes"):
+        project(np.zeros(10, np.float64), setup, work)

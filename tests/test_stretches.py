@@ -27,9 +27,9 @@ def same_history(a, b, i: int = 0, j: int = 0) -> bool:
     return bool(np.array_equal(a.loss[:, i], b.loss[:, j]) and np.array_equal(a.accuracy[:, i], b.accuracy[:, j]))
 
 
-def single_steps(c: Config, seeds: list[int]):
-    """``train(c, seeds)`` one step per call: a checkpoint after every step ends every stretch there."""
-    return train(c, seeds, progress=False, checkpoint_every=1, on_checkpoint=lambda step, model: False)
+def single_steps(runs: list[tuple[Config, int]]):
+    """``train_runs(runs)`` one step per call: a checkpoint after every step ends every stretch there."""
+    return train_runs(runs, progress=False, checkpoint_every=1, on_checkpoint=lambda step, model: False)
 
 
 def same_run(a, b) -> bool:
@@ -44,7 +44,7 @@ def test_a_stretch_equals_single_steps(train_set: int | None) -> None:
     """A member trained alone takes its 240 steps as one stretch; with a checkpoint after every step it takes them
     one call at a time. The same history and parameters to the bit (fresh draws, and a fixed training set)."""
     c = SMALL if train_set is None else SMALL.replace(train_set=train_set, batch=train_set)
-    assert same_run(train(c, [1], progress=False), single_steps(c, [1]))
+    assert same_run(train(c, [1], progress=False), single_steps([(c, 1)])[0])
 
 
 @pytest.mark.parametrize("margin", [train_module.STOP_MARGIN, 0.3])
@@ -60,7 +60,7 @@ def test_the_early_stop_in_stretches_stops_where_single_steps_do(monkeypatch: py
     c = Config(steps=300) if train_set is None else Config(steps=300, train_set=train_set, batch=train_set)
     runs = [(c.replace(target_accuracy=0.9), 0), (c, 1), (c.replace(target_accuracy=None), 2)]
     stretches = train_runs(runs, progress=False)
-    one_by_one = train_runs(runs, progress=False, checkpoint_every=1, on_checkpoint=lambda step, model: False)
+    one_by_one = single_steps(runs)
     for a, b in zip(stretches, one_by_one):
         assert same_run(a, b)
     assert 0 < stretches[0].steps[0] < 300 and 0 < stretches[1].steps[0] < 300 and stretches[2].steps[0] == 300

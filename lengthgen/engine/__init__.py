@@ -13,8 +13,8 @@ same numbers in compiled loops, one idea a module:
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use
 them without the engine. The functions are compiled on first use and cached on disk (numba's ``cache=True``, in a
 folder per version of the compiled modules' sources: ``lengthgen/jit_cache.py``), so only the first run on a machine
-pays the compile (float32: about 23 s of CPU after the import, 15-20 s of wall clock from a process's start on two
-cores with the helper of ``first_compile``, depending on the hour; benchmarks/README.md);
+pays the compile (float32: about 17 s of CPU after the import; 11.4-11.5 s of wall clock from a process's start on
+two cores with the helper of ``first_compile``, in a quick hour of a 2-core AMD EPYC; benchmarks/README.md);
 a new process loads them in well under a second.
 tests/test_fused.py checks the step against torch (float64 to rounding), tests/test_stretches.py the stretches.
 """

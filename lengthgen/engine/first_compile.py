@@ -1,16 +1,17 @@
 """The first compile of the step, on two cores.
 
 A process that trains first on a machine (or after an edit of the compiled modules: ``jit_cache``) compiles the
-step with numba: about 23 s of CPU for float32 on a 2-core AMD EPYC, in one thread (38 s before the two cuts in
-benchmarks/README.md). The step's nine blocks (``engine.step``), the draws and the update are separate compiled
+step with numba: about 19 s for float32 on a 2-core AMD EPYC in one process, import included (38 s before the cuts
+in benchmarks/README.md). The step's nine blocks (``engine.step``), the draws and the update are separate compiled
 functions, each cached on disk, so a second process compiles part of them (``HELPER``) while this one compiles the rest
-(``HERE``); this one then compiles the entry it calls (``train_steps`` or ``step_in``), loading the helper's share
-from numba's cache, while the helper compiles what no entry links in (``LATER``). Measured on that machine, the
-first training call of a new process (20 steps of Adam, lr 0.01, batch 256, no early stop, no weight decay), import
-included: 41-43 s in one process; 25 s with the helper; 18-20 s with
-``step_in`` inlined into ``train_steps`` and the working arrays passed as one reference (``step.Work``); and with
-the entry compiled beside ``LATER``, a median of 18.0 s against 19.4 s over six alternated pairs
-(benchmarks/README.md).
+(``HERE``); this one then compiles the entry it calls (``train_steps`` or ``step_in``), which calls the blocks'
+machine code where it lies (``step.call``) rather than linking their code in, while the helper compiles what no entry
+calls (``LATER``). Measured on that machine, the first training call of a new process (20 steps of Adam, lr 0.01,
+batch 256, no early stop, no weight decay), import included: 41-43 s in one process; 25 s with the helper; 18-20 s
+with ``step_in`` inlined into ``train_steps`` and the working arrays passed as one reference (``step.Work``); 13.5-13.7
+s in a quick hour with the entry compiled beside ``LATER``; and 11.4-11.5 s in the same hour, alternated, once the
+entry no longer compiles the blocks again (4.1 -> 1.2 s) and this process stops the helper after its last line
+instead of waiting for its exit (benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -33,16 +34,17 @@ from ..optim import Optimizer, adam_step
 from . import step, stretch
 
 # The first compile in three parts. The helper process compiles HELPER while this one compiles HERE: together the
-# step's blocks and the update, split so that each side takes about as long (each function's compile timed alone on a
-# 2-core AMD EPYC, the helper's start included; the two blocks that call exp_neg, _attention and _loss, on one side,
-# so that it is compiled once). Then the helper prints READY and compiles LATER, which no entry links in, while this
-# process compiles the entry it was called for (``train_steps`` or ``step_in``: the blocks linked and optimised
-# together, the one part that must wait for both shares).
+# step's blocks, the update and ``step._work``, split so that each side takes about as long (timed on a 2-core AMD
+# EPYC, the helper's start included; the two blocks that call exp_neg, _attention and _loss, on one side, so that it
+# is compiled once). Then the helper prints READY and compiles LATER, which no entry calls, while this process
+# compiles the entry it was called for (``train_steps`` or ``step_in``: it needs every block compiled, for their
+# types and addresses, so it waits for both shares); the helper prints DONE when LATER is in the cache.
 HELPER = ("_attention", "_loss", "_backward_projections", "adam_step")
-HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "_backward_logits")
+HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "_backward_logits", "_work")
 LATER = ("draw_steps",)
 ENTRIES = ("train_steps", "step_in")
 READY = "ready"  # the helper's line once its share is in numba's cache
+DONE = "done"  # its line once LATER is too; this process then stops it rather than wait for its exit (0.4 s)
 HELPER_SECONDS = 300  # the longest this process waits for the helper at each of the two points
 _done: set[str] = set()  # the dtypes compile_step has seen in this process
 
@@ -62,18 +64,17 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     setup = table._compiled_setup(c.train_length, buf.dtype)
     p = buf.numpy()
     x, target = np.zeros((1, 2, c.train_length), np.int64), np.zeros((1, 2), np.int64)
-    work = step.step_arrays(p, setup.kind, 2, c.train_length, setup.V, setup.d, setup.ec)
+    blocks = step.block_types(dtype)
+    w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
     _, adam = Optimizer("adam", buf, [c.lr]).adam_arrays()
     states = np.stack([draws.mt_state(torch.Generator().manual_seed(0))])
     t = numba.typeof
-    row, su, w = t(p[0]), t(setup), t(work)
+    su = t(setup)
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
     history = stretch.History(np.empty((1, 1), p.dtype), np.empty((1, 1), np.int64))
     xs = np.zeros((1, 1, 2, c.train_length), np.int64)  # (steps, S, B, L)
-    return {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (t(x[0]), su, w),
-            "_logits": (t(x[0]), su, w), "_loss": (t(target[0]), su, w), "_backward_logits": (t(x[0]), su, w),
-            "_backward_softmax": (t(x[0]), su, w), "_backward_table": (su, w),
-            "_backward_projections": (row, row, su, w),
+    return {**blocks,
+            "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
             "adam_step": (t(p), t(p), t(adam), t(1)),
             "train_steps": (t(1), t(p), t(xs), t(np.zeros(1, np.int64)), su, t(adam), t(0), t(history), w,
@@ -82,8 +83,8 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
 
 
 def function(name: str) -> numba.core.registry.CPUDispatcher:
-    """The compiled function of that name (a block of ``engine.step`` or ``step.step_in``, ``draws.draw_steps``,
-    ``optim.adam_step`` or ``stretch.train_steps``)."""
+    """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``,
+    ``draws.draw_steps``, ``optim.adam_step`` or ``stretch.train_steps``)."""
     return {"draw_steps": draws.draw_steps, "adam_step": adam_step,
             "train_steps": stretch.train_steps}.get(name) or getattr(step, name)
 
@@ -111,16 +112,13 @@ def compile_step(dtype: str, entry: str) -> None:
                               stderr=subprocess.DEVNULL, text=True)
     try:
         compile_these(HERE, dtype)
-        if select.select([helper.stdout], [], [], HELPER_SECONDS)[0]:  # READY, or the end of a helper that failed
-            helper.stdout.readline()
+        _next_line(helper)  # READY
         compile_these((entry,), dtype)  # what the helper left out is compiled here, as it is called
-        helper.wait(timeout=HELPER_SECONDS)
-    except subprocess.TimeoutExpired:
-        pass
+        _next_line(helper)  # DONE
     finally:
         if helper.poll() is None:
             helper.kill()
-            helper.wait()
+        helper.wait()
         helper.stdout.close()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -129,7 +127,15 @@ def compile_step(dtype: str, entry: str) -> None:
         pass
 
 
+def _next_line(helper: subprocess.Popen) -> None:
+    """Wait for the helper's next line (``READY``, ``DONE``), at most ``HELPER_SECONDS``; a helper that failed
+    ends its output, which ends the wait too."""
+    if select.select([helper.stdout], [], [], HELPER_SECONDS)[0]:
+        helper.stdout.readline()
+
+
 if __name__ == "__main__":  # the helper: python -m lengthgen.engine.first_compile float32
     compile_these(HELPER, sys.argv[1])
     print(READY, flush=True)
     compile_these(LATER, sys.argv[1])
+    print(DONE, flush=True)
