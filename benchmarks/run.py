@@ -130,12 +130,16 @@ def to_extrapolation(c: Config, seeds: list[int]) -> dict:
 
 def headline(c: Config) -> dict:
     """The time to an extrapolating model: the five seeds as one batched ensemble (how the book trains
-    seeds), and each seed alone; the full budget's per-step cost follows from the steps per second."""
+    seeds), and each seed alone; the full budget's per-step cost follows from the steps per second. One short
+    ensemble first (``CHECK_EVERY`` steps and a checkpoint, untimed in the rows) compiles the step, or loads it from
+    numba's cache, so that a bench in a new cache folder does not time the compiler in its headline."""
+    warm_up = to_extrapolation(c.replace(steps=CHECK_EVERY), list(SEEDS))["wall"]
     batched = to_extrapolation(c, list(SEEDS))
     alone = {s: to_extrapolation(c, [s]) for s in SEEDS}
     per_model = {k: batched[k] / len(SEEDS) for k in ("wall", "cpu")}
-    return {"recipe": dict(SMALL_STEPS), "multiple": MULTIPLE, "target": TARGET, "check_every": CHECK_EVERY,
-            "check_samples": CHECK_SAMPLES, "batched": batched, "per_model_batched": per_model, "alone": alone,
+    return {"warm_up_seconds": warm_up, "recipe": dict(SMALL_STEPS), "multiple": MULTIPLE, "target": TARGET,
+            "check_every": CHECK_EVERY, "check_samples": CHECK_SAMPLES, "batched": batched,
+            "per_model_batched": per_model, "alone": alone,
             "alone_median": {k: statistics.median(r[k] for r in alone.values()) for k in ("wall", "cpu", "steps")}}
 
 
@@ -206,8 +210,30 @@ def processor() -> dict:
 
 
 def processor_line(p: dict) -> str:
+    code = "; code compiled for AVX2 without AVX-512 (--as-avx2)" if os.environ.get(AS_AVX2) else ""
     return (f"processor: {p['vendor']} {p['model']} ({p['family']}), {p['cores']} cores; vector extensions: "
-            f"{' '.join(p['vector']) or 'none listed'}")
+            f"{' '.join(p['vector']) or 'none listed'}{code}")
+
+
+AS_AVX2 = "LENGTHGEN_BENCH_AS_AVX2"  # set by --as-avx2 in the process it starts
+NOT_AVX2 = ("avx512", "amx", "avx10", "avxvnni")  # LLVM's names of the extensions an AVX2 machine lacks
+
+
+def as_avx2_env() -> dict[str, str]:
+    """The environment under which the step's code is what a machine with AVX2 and FMA but no AVX-512 runs, on this
+    machine: numba compiles for Haswell with this CPU's features less ``NOT_AVX2`` (``NUMBA_CPU_NAME``,
+    ``NUMBA_CPU_FEATURES``; numba caches code per CPU name and features, so this code is cached beside the native
+    code); OpenBLAS, whose products the step calls through numpy's and scipy's copies, uses its Haswell kernels (the
+    ones it also picks on an AMD Zen); MKL, which torch's baseline may use, AVX2 at most. The microarchitecture
+    stays this machine's: on an Intel Xeon with AVX-512 this measured the AVX2 code 1.26x slower than the native
+    code, all of it in OpenBLAS's kernels (benchmarks/README.md), while the same code on the AMD EPYC it stands for
+    is slower again."""
+    import llvmlite.binding as ll
+
+    features = ",".join(("+" if on and not name.startswith(NOT_AVX2) else "-") + name
+                        for name, on in ll.get_host_cpu_features().items())
+    return {AS_AVX2: "1", "NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": features,
+            "OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
 @contextlib.contextmanager
@@ -534,16 +560,22 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per timing (the median is reported)")
     p.add_argument("--out", type=Path, default=RESULTS, help="where to write the JSON")
     p.add_argument("--no-sweep", action="store_true", help="leave out the sweep throughput (about a minute)")
+    p.add_argument("--as-avx2", action="store_true",
+                   help="run the compiled step and the products as an AVX2 machine without AVX-512 would (as_avx2_env)")
     a = p.parse_args()
     if a.repeats < 1:
         raise SystemExit(f"--repeats {a.repeats}: use at least 1")
+    if a.as_avx2 and not os.environ.get(AS_AVX2):  # numba and OpenBLAS read their settings as they load: start again
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]],
+                  {**os.environ, **as_avx2_env()})
     c = Config(encoding="rope")
     small = small_steps(c)
     default_threads = torch.get_num_threads()
     r: dict = {
         "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "processor": processor(),
+                    "processor": processor(), "as_avx2": bool(os.environ.get(AS_AVX2)),
                     "default_threads": default_threads, "load_average_at_start": os.getloadavg()},
         "config": c.to_dict(),
         "repeats": a.repeats,

@@ -1,5 +1,6 @@
-"""benchmarks/gpu.py, the GPU table: it says what to run where there is no GPU, and each of its rows states the
-recipe it trains with (the numbers themselves are measured on a GPU machine, never asserted)."""
+"""The benchmarks' own logic, not their numbers: benchmarks/gpu.py says what to run where there is no GPU and each of
+its rows states the recipe it trains with (the numbers are measured on a GPU machine, never asserted); make bench's
+processor line, and the AVX2 setting of ``--as-avx2``."""
 
 from __future__ import annotations
 
@@ -47,3 +48,19 @@ def test_processor_line_lists_the_vector_extensions() -> None:
     assert p["vendor"] and p["vendor"] in info.read_text()
     line = processor_line(p)
     assert p["model"] in line and all(f in line for f in p["vector"])
+
+
+def test_as_avx2_compiles_without_avx512() -> None:
+    """``make bench --as-avx2``'s setting: numba compiles for Haswell with no AVX-512 (nor AMX, AVX-VNNI, AVX10)
+    feature turned on and AVX2 and FMA kept where this CPU has them; OpenBLAS takes its Haswell kernels."""
+    import llvmlite.binding as ll
+
+    from benchmarks.run import NOT_AVX2, as_avx2_env
+
+    env = as_avx2_env()
+    features = dict((f[1:], f[0]) for f in env["NUMBA_CPU_FEATURES"].split(","))
+    host = ll.get_host_cpu_features()
+    assert set(features) == set(host)
+    assert not [f for f, sign in features.items() if sign == "+" and f.startswith(NOT_AVX2)]
+    assert all(features[f] == ("+" if host[f] else "-") for f in features if not f.startswith(NOT_AVX2))
+    assert env["NUMBA_CPU_NAME"] == "haswell" and env["OPENBLAS_CORETYPE"] == "Haswell"

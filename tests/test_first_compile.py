@@ -120,3 +120,8 @@ def test_blocks_are_called_at_their_addresses_with_the_types_they_were_compiled_
 
     with pytest.raises(numba.core.errors.TypingError, match="_project takes"):
         project(np.zeros(10, np.float64), setup, work)
+    row = table.pack(model).numpy()[0]
+    project(row, setup, work)  # the right types: it runs
+    no_addresses = step._work(*step._arrays(np.dtype(np.float32), setup, 2, c.train_length))
+    with pytest.raises(RuntimeError, match="no block addresses; make it with step_arrays"):
+        project(row, setup, no_addresses)

@@ -712,7 +712,7 @@ def call(typingctx, block, work, args):
     that way, 1.2 s with ``call`` (a 2-core AMD EPYC, the blocks already compiled); a step runs as fast (one
     small-step model 0.853-0.859 s against 0.850-0.860 s, alternated) and gives the same numbers to the bit. The
     arguments must have the types the block was compiled for (``block_types``); compiling a call with others is an
-    error."""
+    error, and calling through a ``Work`` with no addresses (one not made by ``step_arrays``) raises."""
     name = block.dispatcher.py_func.__name__
     sig = block_types(str(work.field_dict["X"].dtype)).get(name)
     if sig is None or tuple(args) != sig:
@@ -721,8 +721,13 @@ def call(typingctx, block, work, args):
     block.dispatcher.compile(sig)
     result = block.dispatcher.overloads[sig].signature.return_type
 
+    def address_of(w):
+        if w.blocks[index] == 0:  # a Work not made by step_arrays: a call to address 0 would end the process
+            raise RuntimeError("call: this Work holds no block addresses; make it with step_arrays")
+        return w.blocks[index]
+
     def codegen(context, builder, signature, values):
-        address = context.compile_internal(builder, lambda w: w.blocks[index], types.int64(work), [values[1]])
+        address = context.compile_internal(builder, address_of, types.int64(work), [values[1]])
         fn = builder.inttoptr(address, context.call_conv.get_function_type(result, sig).as_pointer())
         status, out = context.call_conv.call_function(builder, fn, result, sig,
                                                       cgutils.unpack_tuple(builder, values[2], len(sig)))
