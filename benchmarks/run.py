@@ -182,19 +182,21 @@ def one_model(c: Config, repeats: int, vs: dict) -> dict:
     steps = int(trained.steps[0])
     base = vs["per_step_by_threads"][vs["baseline_threads"]]["baseline"]
     baseline = {k: base[k] * steps for k in ("wall", "cpu")}
-    return {"steps": steps, "target_accuracy": c.target_accuracy, **t, "baseline_estimate": baseline,
-            "ratio": ratio(baseline, t)}
+    return {"steps": steps, "recipe": c.recipe(), **t, "baseline_estimate": baseline, "ratio": ratio(baseline, t)}
 
 
 VECTOR_FLAGS = ("sse4_2", "avx", "avx2", "fma")  # listed by processor() with every avx512* flag
+AS_AVX2 = "LENGTHGEN_BENCH_AS_AVX2"  # set by --as-avx2 in the process it starts
+NOT_AVX2 = ("avx512", "amx", "avx10", "avxvnni")  # LLVM's names of the extensions an AVX2 machine lacks
 
 
 def processor() -> dict:
     """The processor this runs on, from /proc/cpuinfo where there is one: vendor, model name, family/model, and the
-    vector extensions the compiled step can use (SSE4.2 to AVX-512, FMA). Printed with every table: the compiled
-    step's speed depends on them (README, "Speed": AVX2 against AVX-512)."""
+    vector extensions the compiled step can use (SSE4.2 to AVX-512, FMA), and whether this process runs the code an
+    AVX2 machine would (``as_avx2``: ``--as-avx2``). Printed with every table: the compiled step's speed depends on
+    them (README, "Speed": AVX2 against AVX-512)."""
     out = {"machine": platform.machine(), "cores": os.cpu_count(), "vendor": "", "model": platform.processor(),
-           "family": "", "vector": []}
+           "family": "", "vector": [], "as_avx2": bool(os.environ.get(AS_AVX2))}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -208,15 +210,10 @@ def processor() -> dict:
     return out
 
 
-
 def processor_line(p: dict) -> str:
-    code = "; code compiled for AVX2 without AVX-512 (--as-avx2)" if os.environ.get(AS_AVX2) else ""
+    code = "; code compiled for AVX2 without AVX-512 (--as-avx2)" if p.get("as_avx2") else ""
     return (f"processor: {p['vendor']} {p['model']} ({p['family']}), {p['cores']} cores; vector extensions: "
             f"{' '.join(p['vector']) or 'none listed'}{code}")
-
-
-AS_AVX2 = "LENGTHGEN_BENCH_AS_AVX2"  # set by --as-avx2 in the process it starts
-NOT_AVX2 = ("avx512", "amx", "avx10", "avxvnni")  # LLVM's names of the extensions an AVX2 machine lacks
 
 
 def as_avx2_env() -> dict[str, str]:
@@ -466,12 +463,11 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
     b, alone, sm, ens = h["batched"], h["alone"], r["small_steps_model"], r["ensemble_step"]
     ff = r["first_fit_model"]
     out = [
-        (f"RoPE, the whole small-step recipe ({sm['steps']} steps, no early stop), one model", "<= 0.5 s",
+        (f"RoPE, one model, the small-step recipe ({sm['recipe']})", "<= 0.5 s",
          sm["wall"] <= 0.5,
          f"{sm['wall']:.2f} s (cpu {sm['cpu']:.2f}); baseline, same recipe, {sm['baseline_estimate']['wall']:.0f} s "
          f"(its s/step x steps): {sm['ratio']['wall']:.0f}x"),
-        (f"RoPE, the first-fit recipe (lr 0.01, early stop at {ff['target_accuracy']}), one model: {ff['steps']} steps",
-         "report", True,
+        (f"RoPE, one model, the first-fit recipe ({ff['recipe']}): {ff['steps']} steps", "report", True,
          f"{ff['wall'] * 1e3:.0f} ms (cpu {ff['cpu'] * 1e3:.0f}), {ff['cpu'] / ff['steps'] * 1e6:.0f} us of CPU a step; "
          f"baseline, same steps, {ff['baseline_estimate']['wall']:.1f} s: {ff['ratio']['wall']:.0f}x"),
         (f"  ensemble step: {ens['members']} members, batch {ens['batch']}, gd", "report", True,
@@ -575,7 +571,7 @@ def main() -> None:
     r: dict = {
         "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "torch": torch.__version__,
-                    "processor": processor(), "as_avx2": bool(os.environ.get(AS_AVX2)),
+                    "processor": processor(),
                     "default_threads": default_threads, "load_average_at_start": os.getloadavg()},
         "config": c.to_dict(),
         "repeats": a.repeats,

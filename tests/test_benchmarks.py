@@ -48,6 +48,8 @@ def test_processor_line_lists_the_vector_extensions() -> None:
     assert p["vendor"] and p["vendor"] in info.read_text()
     line = processor_line(p)
     assert p["model"] in line and all(f in line for f in p["vector"])
+    assert ("--as-avx2" in line) == p["as_avx2"] and not processor_line({**p, "as_avx2": False}).count("AVX2 without")
+    assert "code compiled for AVX2 without AVX-512" in processor_line({**p, "as_avx2": True})
 
 
 def test_as_avx2_compiles_without_avx512() -> None:
