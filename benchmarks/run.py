@@ -233,6 +233,14 @@ def as_avx2_env() -> dict[str, str]:
             "OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
 
 
+def restart_as_avx2(module: str) -> None:
+    """Run ``python -m module`` with this process's arguments again, under ``as_avx2_env`` (numba and OpenBLAS read
+    their settings as they load, so the process starts again); nothing where it already runs so."""
+    if not os.environ.get(AS_AVX2):
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", module, *sys.argv[1:]], {**os.environ, **as_avx2_env()})
+
+
 @contextlib.contextmanager
 def busy_beside() -> Iterator[None]:
     """A second process that keeps one core busy (a pure-Python loop) for the block's duration."""
@@ -561,10 +569,8 @@ def main() -> None:
     a = p.parse_args()
     if a.repeats < 1:
         raise SystemExit(f"--repeats {a.repeats}: use at least 1")
-    if a.as_avx2 and not os.environ.get(AS_AVX2):  # numba and OpenBLAS read their settings as they load: start again
-        sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]],
-                  {**os.environ, **as_avx2_env()})
+    if a.as_avx2:
+        restart_as_avx2("benchmarks.run")
     c = Config(encoding="rope")
     small = small_steps(c)
     default_threads = torch.get_num_threads()

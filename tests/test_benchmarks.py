@@ -1,6 +1,7 @@
 """The benchmarks' own logic, not their numbers: benchmarks/gpu.py says what to run where there is no GPU and each of
 its rows states the recipe it trains with (the numbers are measured on a GPU machine, never asserted); make bench's
-processor line, and the AVX2 setting of ``--as-avx2``."""
+processor line, and the AVX2 setting of ``--as-avx2``; benchmarks/profile_blocks.py times the step's own blocks and
+products."""
 
 from __future__ import annotations
 
@@ -66,3 +67,33 @@ def test_as_avx2_compiles_without_avx512() -> None:
     assert not [f for f, sign in features.items() if sign == "+" and f.startswith(NOT_AVX2)]
     assert all(features[f] == ("+" if host[f] else "-") for f in features if not f.startswith(NOT_AVX2))
     assert env["NUMBA_CPU_NAME"] == "haswell" and env["OPENBLAS_CORETYPE"] == "Haswell"
+
+
+def test_profile_blocks_times_the_step_it_profiles() -> None:
+    """benchmarks/profile_blocks.py: its nine blocks, called in order, give the gradient of ``engine.step.table_step``
+    to the bit, and each of its products is the product of its operands (numpy's BLAS; MKL's where torch carries it),
+    so that its table times the step's own work."""
+    import numpy as np
+
+    from benchmarks import profile_blocks
+    from lengthgen.engine import step
+
+    case = profile_blocks.Case(SMALL_STEPS.apply(Config()))
+    profile_blocks.blocks_in_order(case)
+    whole = step.StepOut(np.zeros(1, case.buf.dtype), np.zeros(1, np.int64), np.zeros_like(case.buf))
+    step.table_step(case.buf, case.x, case.target, case.setup, whole)
+    assert np.array_equal(case.out.grad, whole.grad) and np.abs(whole.grad).max() > 0
+    assert np.array_equal(case.out.loglik, whole.loglik) and np.array_equal(case.out.correct, whole.correct)
+    rows = profile_blocks.product_us(case, calls=1, repeats=1)
+    gemm = profile_blocks.mkl_gemm(case.buf.dtype)
+    mkl = None if gemm is None else profile_blocks._mkl_loop(gemm)
+    assert len(rows) == 14 and rows["_logit_table: trig CD"]["shape"] == "32 x 32 x 256"
+    for name, (a, b) in profile_blocks.products(case).items():
+        out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+        profile_blocks._dot(1, a, b, out)
+        np.testing.assert_allclose(out, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4, err_msg=name)
+        assert rows[name]["blas_us"] > 0
+        if mkl is not None:
+            by_mkl = profile_blocks.mkl_product(mkl, a, b)(1)
+            np.testing.assert_allclose(by_mkl, out, rtol=1e-5, atol=1e-5, err_msg=name)
+            assert rows[name]["mkl_us"] > 0 and rows[name]["mkl_same_bits"] in (True, False)

@@ -1,0 +1,238 @@
+"""Where a compiled step's time goes, block by block: ``python -m benchmarks.profile_blocks [--as-avx2]
+[--dtype float64]``.
+
+Times each of the nine blocks of ``engine.step.step_in`` (``step.BLOCKS``), called through ``step.call`` in a
+compiled loop as a step calls them, and the whole step; then each matrix product a step of the default model makes
+(RoPE by its table), at its shape and with its operands' layout, through numpy's BLAS as the step
+calls it; and the same shape, row-major, through the MKL that torch carries (``mkl_gemm``), where it exports one.
+Each number is the minimum over ``--repeats`` blocks of ``--calls`` calls, wall microseconds per call, one thread:
+the benchmark's own loop, no Python between the calls. ``--as-avx2`` runs it as a machine with AVX2 and no AVX-512
+would (``run.as_avx2_env``).
+
+MKL is measured, not used: on an Intel Xeon its AVX2 kernels beat OpenBLAS's Haswell ones 1.5-2.5x at these shapes,
+but made to take its path for processors it does not know as Intel's, it was 1.5-4x slower than OpenBLAS
+(benchmarks/README.md); on an AMD Zen, MKL picks kernels of its own that this machine could not run. This table is
+the measurement that decides it there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from numba import njit
+
+from lengthgen import Config
+from lengthgen.engine import step
+from lengthgen.model import Model
+from lengthgen.recipes import SMALL_STEPS
+from lengthgen.tables import TableStep
+from lengthgen.task import TrainStream
+
+from .run import processor, processor_line, restart_as_avx2
+
+
+class Case:
+    """One member's step of ``c`` (seed 0): parameters (1, P), batch x (1, B, L), targets (1, B), the compiled setup,
+    its working arrays (``step.step_arrays``) and the output."""
+
+    def __init__(self, c: Config):
+        model = Model(c, [0])
+        table = TableStep(c, model.encoding, c.train_length)
+        self.buf = table.pack(model).numpy()
+        tokens = TrainStream(c, [0]).next()
+        self.x = np.ascontiguousarray(tokens.numpy())
+        self.target = np.ascontiguousarray(tokens[..., -1 - c.offset].numpy())
+        self.B, self.L = self.x.shape[1:]
+        self.setup = table._compiled_setup(self.L, getattr(torch, c.dtype))
+        self.work = step.step_arrays(self.buf, self.setup, self.B, self.L)
+        self.out = step.StepOut(np.zeros(1, self.buf.dtype), np.zeros(1, np.int64), np.zeros_like(self.buf))
+
+
+@njit(error_model="numpy")
+def _run(which, n, buf, x, target, setup, out, work):
+    """``n`` calls of block number ``which`` of ``step.BLOCKS`` (through ``step.call``, as ``step_in`` calls it), or of
+    the whole step (``which`` = 9); block ``which`` reads what the blocks before it wrote in ``work``."""
+    p, xs, ts, G = buf[0], x[0], target[0], out.grad[0]
+    for _ in range(n):
+        if which == 0:
+            step.call(step._project, work, (p, setup, work))
+        elif which == 1:
+            step.call(step._logit_table, work, (setup, work))
+        elif which == 2:
+            step.call(step._attention, work, (xs, setup, work))
+        elif which == 3:
+            step.call(step._logits, work, (xs, setup, work))
+        elif which == 4:
+            out.loglik[0], out.correct[0] = step.call(step._loss, work, (ts, setup, work))
+        elif which == 5:
+            step.call(step._backward_logits, work, (xs, setup, work))
+        elif which == 6:
+            step.call(step._backward_softmax, work, (xs, setup, work))
+        elif which == 7:
+            step.call(step._backward_table, work, (setup, work))
+        elif which == 8:
+            step.call(step._backward_projections, work, (p, G, setup, work))
+        else:
+            step.step_in(buf, x, target, setup, out, work)
+
+
+def blocks_in_order(case: Case) -> None:
+    """Each block once, in ``step.BLOCKS``' order: one step's gradient into ``case.out`` (tests check it is
+    ``step.table_step``'s)."""
+    for which in range(len(step.BLOCKS)):
+        _run(which, 1, case.buf, case.x, case.target, case.setup, case.out, case.work)
+
+
+def best_us(run: Callable[[int], object], calls: int, repeats: int) -> float:
+    """The minimum over ``repeats`` blocks of ``run(calls)``: wall microseconds per call (after a warm-up block)."""
+    run(max(1, calls // 10))
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run(calls)
+        best = min(best, (time.perf_counter() - start) / calls * 1e6)
+    return best
+
+
+def block_us(case: Case, calls: int, repeats: int) -> dict[str, float]:
+    """Microseconds per call of each block, in a step's order, and of the whole step."""
+    blocks_in_order(case)  # every working array written once
+    out = {}
+    for which, name in enumerate((*step.BLOCKS, "whole step")):
+        out[name] = best_us(lambda n: _run(which, n, case.buf, case.x, case.target, case.setup, case.out, case.work),
+                            calls, repeats)
+    return out
+
+
+def products(case: Case) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The matrix products of a step of the default model (RoPE by its table: no position rows), by block, as
+    (left, right) operands of the step's shapes and layouts (transposes as views, as the step passes them)."""
+    s, V, d, L = case.setup, case.setup.V, case.setup.d, case.L
+    if s.kind != step.ROTATE or step.by_lookup(s.kind, V, case.B):
+        raise ValueError("products: the products of RoPE's step by its table (the default model)")
+    dt = case.buf.dtype
+    rng = np.random.default_rng(0)
+
+    def m(r: int, c: int) -> np.ndarray:
+        return rng.standard_normal((r, c)).astype(dt)
+
+    Y, VV, B = 3 * d + V, V * V, case.B
+    X, W, Wo, U, Av, WoU = m(V, d), m(d, Y), m(d, d), m(d, V), m(V, d), m(d, V)
+    mass, E, gT, gYv, gA, gWoU = m(V, B), m(V, B), m(L, VV), m(V, V), m(V, Y), m(d, V)
+    return {"_project: X W": (X, W), "_project: Wo U": (Wo, U), "_project: Av (Wo U)": (Av, WoU),
+            "_logit_table: trig CD": (np.ascontiguousarray(s.trig), m(d, VV)),
+            "_logits: Yv[:V]^T mass": (m(V, V), mass),
+            "_backward_logits: mass g": (mass, E.T), "_backward_logits: Yv[:V] E": (m(V, V), E),
+            "_backward_table: trig^T dT": (np.ascontiguousarray(s.trig).T, gT),
+            "_backward_projections: dYv (Wo U)^T": (gYv, WoU.T), "_backward_projections: Av^T dYv": (Av.T, gYv),
+            "_backward_projections: X^T dA": (X.T, gA), "_backward_projections: Wo^T d(Wo U)": (Wo.T, gWoU),
+            "_backward_projections: d(Wo U) U^T": (gWoU, U.T), "_backward_projections: dA W^T": (gA, W.T)}
+
+
+@njit
+def _dot(n, a, b, out):
+    """``n`` times out = a @ b through numpy's BLAS, as the step calls it (compiled per layout)."""
+    for _ in range(n):
+        np.dot(a, b, out)
+
+
+def mkl_gemm(dtype: np.dtype) -> Callable | None:
+    """The Fortran ``sgemm_`` / ``dgemm_`` of the MKL built into torch's CPU library, as a ctypes function (all 13
+    arguments pointers), with MKL set to one thread on this thread; None where torch carries no MKL (an ARM build)."""
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    try:
+        mkl = ctypes.CDLL(str(lib))
+        fn = getattr(mkl, "sgemm_" if np.dtype(dtype) == np.float32 else "dgemm_")
+        mkl.MKL_Set_Num_Threads_Local(1)  # it threads products as small as 32 x 32 x 256 otherwise
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = None, [ctypes.c_void_p] * 13
+    return fn
+
+
+def _mkl_loop(gemm: Callable) -> Callable:
+    """A compiled loop of ``n`` row-major products out (m, k) = a (m, q) @ b (q, k) by MKL's column-major ``gemm``:
+    out^T = b^T a^T. (Compiled here: the ctypes function is a constant of the code.)"""
+
+    @njit
+    def loop(n, a, b, out, dims, no, scalars):
+        for _ in range(n):
+            gemm(no.ctypes.data, no.ctypes.data, dims[0:].ctypes.data, dims[1:].ctypes.data, dims[2:].ctypes.data,
+                 scalars.ctypes.data, b.ctypes.data, dims[0:].ctypes.data, a.ctypes.data, dims[2:].ctypes.data,
+                 scalars[1:].ctypes.data, out.ctypes.data, dims[0:].ctypes.data)
+
+    return loop
+
+
+def mkl_product(loop: Callable, a: np.ndarray, b: np.ndarray) -> Callable[[int], np.ndarray]:
+    """``run(n)``: n products a @ b (row-major copies) by ``_mkl_loop``'s ``loop``; returns the product."""
+    ar, br = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    dims = np.array([b.shape[1], a.shape[0], a.shape[1]], np.int32)  # column-major: out^T (k, m) = b^T (k, q) a^T
+    no, scalars = np.frombuffer(b"N", np.uint8).copy(), np.array([1, 0], a.dtype)  # no transpose; alpha 1, beta 0
+
+    def run(n: int) -> np.ndarray:
+        loop(n, ar, br, out, dims, no, scalars)
+        return out
+
+    return run
+
+
+def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
+    """Per product of ``products``: its shape (m x q x k), microseconds through numpy's BLAS at the step's layout, and
+    through MKL with row-major operands (None without MKL), and whether MKL gave the bits numpy's BLAS gives for those
+    row-major operands."""
+    gemm = mkl_gemm(case.buf.dtype)
+    loop = _mkl_loop(gemm) if gemm is not None else None
+    out = {}
+    for name, (a, b) in products(case).items():
+        (m, q), k = a.shape, b.shape[1]
+        blas = np.empty((m, k), a.dtype)
+        row = {"shape": f"{m} x {q} x {k}", "blas_us": best_us(lambda n: _dot(n, a, b, blas), calls, repeats),
+               "mkl_us": None, "mkl_same_bits": None}
+        if loop is not None:
+            mkl = mkl_product(loop, a, b)
+            row["mkl_us"] = best_us(mkl, calls, repeats)
+            _dot(1, np.ascontiguousarray(a), np.ascontiguousarray(b), blas)  # numpy's, on the same row-major operands
+            row["mkl_same_bits"] = bool(np.array_equal(blas, mkl(1)))
+        out[name] = row
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    p.add_argument("--calls", type=int, default=2000, help="calls per timed block")
+    p.add_argument("--repeats", type=int, default=7, help="timed blocks (the minimum is reported)")
+    p.add_argument("--as-avx2", action="store_true",
+                   help="run as an AVX2 machine without AVX-512 would (benchmarks.run.as_avx2_env)")
+    a = p.parse_args()
+    if a.calls < 1 or a.repeats < 1:
+        raise SystemExit(f"--calls {a.calls} --repeats {a.repeats}: use at least 1 of each")
+    if a.as_avx2:
+        restart_as_avx2("benchmarks.profile_blocks")
+    c = SMALL_STEPS.apply(Config()).replace(dtype=a.dtype)
+    case = Case(c)
+    print(processor_line(processor()))
+    print(f"{c.recipe()}; {c.dtype}; B {case.B}, L {case.L}, V {case.setup.V}, d {case.setup.d}; one member, one "
+          f"thread; wall microseconds per call, minimum of {a.repeats} blocks of {a.calls}")
+    times = block_us(case, a.calls, a.repeats)
+    for name, us in times.items():
+        print(f"  {name:<26} {us:8.2f}")
+    print(f"  {'sum of the blocks':<26} {sum(v for k, v in times.items() if k != 'whole step'):8.2f}")
+    print("the step's products (m x q x k), microseconds: numpy's BLAS at the step's layout; MKL (torch's) row-major, "
+          "and whether its bits are numpy's BLAS's on the same row-major operands")
+    for name, r in product_us(case, a.calls, a.repeats).items():
+        bits = "same" if r["mkl_same_bits"] else "other"
+        mkl = "no MKL" if r["mkl_us"] is None else f"{r['mkl_us']:6.2f} ({bits} bits)"
+        print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f}   {mkl}")
+
+
+if __name__ == "__main__":
+    main()
