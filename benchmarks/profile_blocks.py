@@ -28,7 +28,7 @@ import torch
 from numba import njit
 
 from lengthgen import Config
-from lengthgen.engine import step
+from lengthgen.engine import matmul, step
 from lengthgen.model import Model
 from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
@@ -184,8 +184,16 @@ def mkl_product(loop: Callable, a: np.ndarray, b: np.ndarray) -> Callable[[int],
     return run
 
 
+@njit
+def _tiles_loop(n, a, b, out):
+    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here."""
+    for _ in range(n):
+        matmul._tiles(a, b, out)
+
+
 def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
-    """Per product of ``products``: its shape (m x q x k), microseconds through numpy's BLAS at the step's layout, and
+    """Per product of ``products``: its shape (m x q x k), microseconds through numpy's BLAS at the step's layout;
+    by ``engine.matmul``'s tiles where B's rows are contiguous (None elsewhere: the step calls numpy's BLAS there);
     through MKL with row-major operands (None without MKL), and whether MKL gave the bits numpy's BLAS gives for those
     row-major operands."""
     gemm = mkl_gemm(case.buf.dtype)
@@ -195,7 +203,10 @@ def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
         (m, q), k = a.shape, b.shape[1]
         blas = np.empty((m, k), a.dtype)
         row = {"shape": f"{m} x {q} x {k}", "blas_us": best_us(lambda n: _dot(n, a, b, blas), calls, repeats),
-               "mkl_us": None, "mkl_same_bits": None}
+               "tiles_us": None, "mkl_us": None, "mkl_same_bits": None}
+        if b.strides[1] == b.itemsize:  # B's rows contiguous: the step calls engine.matmul (tiles where OWN)
+            tiles = np.empty((m, k), a.dtype)
+            row["tiles_us"] = best_us(lambda n: _tiles_loop(n, a, b, tiles), calls, repeats)
         if loop is not None:
             mkl = mkl_product(loop, a, b)
             row["mkl_us"] = best_us(mkl, calls, repeats)
@@ -226,12 +237,14 @@ def main() -> None:
     for name, us in times.items():
         print(f"  {name:<26} {us:8.2f}")
     print(f"  {'sum of the blocks':<26} {sum(v for k, v in times.items() if k != 'whole step'):8.2f}")
-    print("the step's products (m x q x k), microseconds: numpy's BLAS at the step's layout; MKL (torch's) row-major, "
-          "and whether its bits are numpy's BLAS's on the same row-major operands")
+    print(f"the step's products (m x q x k), microseconds: numpy's BLAS at the step's layout; engine.matmul's tiles "
+          f"(the step takes them: {matmul.OWN}); MKL (torch's) row-major, and whether its bits are numpy's BLAS's "
+          f"on the same row-major operands")
     for name, r in product_us(case, a.calls, a.repeats).items():
         bits = "same" if r["mkl_same_bits"] else "other"
+        tiles = "     -" if r["tiles_us"] is None else f"{r['tiles_us']:6.2f}"
         mkl = "no MKL" if r["mkl_us"] is None else f"{r['mkl_us']:6.2f} ({bits} bits)"
-        print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f}   {mkl}")
+        print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f} {tiles}   {mkl}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from pathlib import Path
 import numba
 
 PACKAGE = Path(__file__).resolve().parent
-COMPILED = ("draws.py", "optim.py", "selection.py", "engine/numerics.py", "engine/step.py", "engine/stretch.py")
+COMPILED = ("draws.py", "optim.py", "selection.py", "engine/numerics.py", "engine/matmul.py", "engine/step.py",
+            "engine/stretch.py")
 PREFIX = "lengthgen-"
 
 

@@ -8,6 +8,8 @@ same numbers in compiled loops, one idea a module:
 - ``step``: one step's forward, loss and backward for every member (``table_step``), each block under its equation;
 - ``stretch``: n steps of targets, gradient and AdamW update in one call (``train_steps``);
 - ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order;
+- ``matmul``: the step's matrix products by tiles held in registers where numba compiles for AVX2 without AVX-512
+  (OpenBLAS's kernels for AVX2 took about twice as long at these sizes), numpy's BLAS elsewhere;
 - ``first_compile``: the first compile shared with a helper process, on two cores.
 
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use

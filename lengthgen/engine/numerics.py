@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
-from numba.extending import overload
+from numba import njit, types
+from numba.extending import intrinsic, overload
 
 # Contraction (fused multiply-adds) and reciprocals; no assumption about NaN or inf (the loss relies on log(0) =
 # -inf where the other classes' probabilities underflow), and no reassociation: with it the order of a sum
@@ -40,28 +40,57 @@ def exp_constants(dtype: np.dtype) -> np.ndarray:
                     + [1.5 * 2.0**m], dtype=dtype)
 
 
+@intrinsic
+def float_bits(typingctx, x):
+    """The bits of the float x as an integer of its width (int32 for float32, int64 for float64): a register's
+    reinterpretation, which a loop vectorises (numpy's ``view`` does it for whole arrays only)."""
+    if not isinstance(x, types.Float):
+        return None
+    width = types.int32 if x.bitwidth == 32 else types.int64
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(width))
+
+    return width(x), codegen
+
+
+@intrinsic
+def bits_float(typingctx, i, like):
+    """The float of the dtype of ``like`` whose bits are the low bits of the integer i (``float_bits`` undone)."""
+    if not isinstance(i, types.Integer) or not isinstance(like, types.Float):
+        return None
+    bits = types.int32 if like.bitwidth == 32 else types.int64
+
+    def codegen(context, builder, signature, args):
+        low = context.cast(builder, args[0], i, bits)  # the low bits, as a store into an integer array of that width
+        return builder.bitcast(low, context.get_value_type(like))
+
+    return like(i, like), codegen
+
+
 @njit(cache=True, fastmath={"contract", "nsz", "arcp"})  # no reassociation: it would undo the split of ln 2
-def exp_neg(a, c, bits):
-    """a <- exp(a) in place, for a <= 0 (1D contiguous; ``bits``: an integer scratch array as long, of the
-    float's width). exp(x) = 2^-u exp(r) with u = round(-x log2 e) and |r| <= ln(2)/2, exp(r) by its Taylor
-    series to 1/13! (below 1e-16 relative; to 1/7! in float32), 2^-u written as the float's bits: a vectorised loop, some
-    ten times faster than a libm call per entry, within 4e-7 (float32) / 1e-14 (float64) relative.
-    Below -kmax ln 2 (-87 in float32, -708 in float64) it returns 0; NaN stays NaN."""
+def exp_neg(a, c):
+    """a <- exp(a) in place, for a <= 0 (1D contiguous). exp(x) = 2^-u exp(r) with u = round(-x log2 e) and
+    |r| <= ln(2)/2, exp(r) by its Taylor series to 1/13! (below 1e-16 relative; to 1/7! in float32), 2^-u written as
+    the float's bits: one vectorised loop, some ten times faster than a libm call per entry, within 4e-7 (float32) /
+    1e-14 (float64) relative. Below -kmax ln 2 (-87 in float32, -708 in float64) it returns 0; NaN stays NaN.
+    (One loop with ``float_bits`` and ``bits_float`` rather than three through an integer view of a scratch array:
+    the same bits, 5.8 -> 4.6 us for 8192 float32 entries, measured natively and as AVX2 on an Intel Xeon.)"""
     log2e, hi, lo, kmax = c[0], c[1], c[2], c[3]
     c13, c12, c11, c10, c9, c8, c7 = c[4], c[5], c[6], c[7], c[8], c[9], c[10]
     c6, c5, c4, c3, c2, c1, c0 = c[11], c[12], c[13], c[14], c[15], c[16], c[17]
     zero = c0 - c0
-    bias, shift = (127, 23) if bits.itemsize == 4 else (1023, 52)
-    magic, magic_bits = c[18], (0x4B400000 if bits.itemsize == 4 else 0x4338000000000000)  # 1.5 2^shift, its bits
+    single = a.itemsize == 4
+    bias, shift = (127, 23) if single else (1023, 52)
+    magic, magic_bits = c[18], (0x4B400000 if single else 0x4338000000000000)  # 1.5 2^shift, its bits
     lowest = -(kmax + c0) / log2e
-    scale = bits.view(a.dtype)
     for i in range(a.shape[0]):
         x = a[i]
         if x < lowest:  # -inf too (NaN compares false and stays NaN)
             x = lowest
         u = min(max(np.floor(c2 - x * log2e), zero), kmax + c0)
         r = x + u * hi + u * lo
-        if bits.itemsize == 4:  # float32: to 1/7! is enough (|r|^8 / 8! < 6e-9)
+        if single:  # float32: to 1/7! is enough (|r|^8 / 8! < 6e-9)
             p = c7
         else:
             p = c13
@@ -77,12 +106,10 @@ def exp_neg(a, c, bits):
         p = p * r + c3
         p = p * r + c2
         p = p * r + c1
-        a[i] = p * r + c0
-        scale[i] = u + magic  # u as the float's low bits (no float -> int conversion: AVX2 has none for int64)
-    for i in range(a.shape[0]):
-        bits[i] = (bias + magic_bits - bits[i]) << shift  # 2^-u, or 0 (a zero exponent field) past kmax
-    for i in range(a.shape[0]):
-        a[i] *= scale[i]
+        # 2^-u, or 0 (a zero exponent field) past kmax: u is the low bits of u + 1.5 2^shift (no float -> int
+        # conversion, which AVX2 lacks for int64)
+        scale = bits_float((bias + magic_bits - float_bits(u + magic)) << shift, x)
+        a[i] = (p * r + c0) * scale
 
 
 @njit(cache=True)

@@ -24,7 +24,8 @@ own, so that the first compile can share them between two processes (``first_com
 block's own machine code where it lies (``call``), so that compiling ``step_in`` or ``stretch.train_steps`` does not
 optimise and emit the nine blocks' code once more. The working arrays (``StepArrays``, by name) are made once per call
 (``step_arrays``), not once per step, and reach compiled code as one reference (``Work``), which also holds the
-blocks' addresses.
+blocks' addresses. The products whose right operand has contiguous rows go through ``matmul.matmul`` (register tiles
+where numba compiles for AVX2 without AVX-512, numpy's BLAS elsewhere), the others (A B^T) through np.dot.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from numba.core.errors import TypingError
 from numba.experimental import structref
 from numba.extending import intrinsic
 
+from .matmul import matmul
 from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, log1p, log_constants
 
 # How the attention logit table is made (tables.TableStep's cases):
@@ -97,7 +99,7 @@ class StepArrays(NamedTuple):
     ones: np.ndarray  # (1, max(L, V)) ones (a row sum as a dot product)
     ratio: np.ndarray  # (B,) the others' probability over the target's, then its log1p
     w: np.ndarray  # (B,) log1p's float scratch
-    bits: np.ndarray  # (B max(L, V),) exp_neg's and log1p's integer scratch, as wide as the floats
+    bits: np.ndarray  # (B,) log1p's integer scratch, as wide as the floats
     X: np.ndarray  # (nX, d) token rows, then position rows
     A: np.ndarray  # (nX, 3d + V) X W = [X Wq | X Wk | X Wv | X U]
     K: np.ndarray  # (nX, d) the keys X Wk
@@ -189,7 +191,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
     return StepArrays(
         blocks=np.zeros(len(BLOCKS), np.int64), cst=cst, lc=log_constants(setup.ec),
         ones=np.ones((1, max(L, V)), dt), ratio=np.empty(B, dt), w=np.empty(B, dt),
-        bits=int_scratch(cst, B * max(L, V)),
+        bits=int_scratch(cst, B),
         X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
         Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
         T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt),
@@ -241,7 +243,7 @@ def _project(p, setup, work):
     for r in range(nr):
         for k in range(d):
             X[V + r, k] = rows[r, k] if fixed else p[(V + r) * d + k]
-    np.dot(X, W, A)
+    matmul(X, W, A)
     for r in range(nX):
         for k in range(d):
             K[r, k] = A[r, d + k]
@@ -251,8 +253,8 @@ def _project(p, setup, work):
             QT[k, a] = A[a, k] + A[at, k] if has_rows else A[a, k]
         for c in range(V):
             U[k, c] = W[k, 3 * d + c]
-    np.dot(Wo, U, WoU)
-    np.dot(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
+    matmul(Wo, U, WoU)
+    matmul(Av, WoU, Yv)  # what a unit of attention on a token / position adds to the logits
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -292,9 +294,9 @@ def _logit_table(setup, work):
                 for a in range(V):
                     CD[e, b * V + a] = ke * QT[e, a] + ko * QT[o, a]
                     CD[o, b * V + a] = ke * QT[o, a] - ko * QT[e, a]
-        np.dot(trig, CD, T.reshape((L, VV)))
+        matmul(trig, CD, T.reshape((L, VV)))
     else:
-        np.dot(K, QT, TP)
+        matmul(K, QT, TP)
         if kind == NONE:
             for m in range(VV):
                 T[m] = TP[m // V, m % V] * scale
@@ -330,7 +332,7 @@ def _attention(xs, setup, work):
     ``by_lookup``) s_ij = Qr[a_i L + j] . k(x_ij), shifted by the sequence's own maximum.
     """
     kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    ones, bits, T, top, at_ij, lg = work.ones, work.bits, work.T, work.top, work.at_ij, work.lg
+    ones, T, top, at_ij, lg = work.ones, work.T, work.top, work.at_ij, work.lg
     mass = work.mass
     one = work.cst[0]
     low = work.cst[2]
@@ -360,11 +362,12 @@ def _attention(xs, setup, work):
         # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
         for i in range(B):
             a = xs[i, L - 1]
+            shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
             for j in range(L):
                 at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
             for j in range(L):
-                lg[i, j] = T[np.uint32(at_ij[i, j])] - top[a]
-    exp_neg(lg.reshape(B * L), ec, bits)
+                lg[i, j] = T[np.uint32(at_ij[i, j])] - shift
+    exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
     for i in range(B):
         tot = dot8(lg, i, 0, ones, 0, 0, L)
@@ -372,7 +375,7 @@ def _attention(xs, setup, work):
             for j in range(L):
                 lg[i, j] = T[np.uint32(at_ij[i, j])]
             _less_row_max(lg, i)
-            exp_neg(lg[i], ec, bits)
+            exp_neg(lg[i], ec)
             tot = dot8(lg, i, 0, ones, 0, 0, L)
         inv = one / tot
         for j in range(L):
@@ -396,7 +399,7 @@ def _logits(xs, setup, work):
     for b in range(V):
         for c in range(V):
             Z[c, b] = YvT[b, c]
-    np.dot(Z, mass, yt)
+    matmul(Z, mass, yt)
     if has_rows:
         gM = work.gM  # free until the backward: the positions' share of the logits
         np.dot(YvP.T, lg.T, gM)
@@ -441,7 +444,7 @@ def _loss(ts, setup, work):
     for c in range(V):
         for i in range(B):
             E[c, i] = yt[c, i] - rowtop[i]
-    exp_neg(E.reshape(B * V), ec, bits)
+    exp_neg(E.reshape(B * V), ec)
     for i in range(B):
         sums[i] = E[0, i]
     for c in range(1, V):
@@ -490,7 +493,7 @@ def _backward_logits(xs, setup, work):
             a = xs[i, L - 1]
             for c in range(V):
                 gR[a, c] += g[i, c]
-    np.dot(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
+    matmul(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
     for i in range(B):  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
         sums[i] = mass[0, i] * gM[0, i]
     for c in range(1, V):
@@ -582,7 +585,7 @@ def _backward_table(setup, work):
             for k in range(d):
                 gA[b, d + k] = gX[b, k]
     elif kind == ROTATE:
-        np.dot(trig.T, gT.reshape((L, VV)), gCD)
+        matmul(trig.T, gT.reshape((L, VV)), gCD)
         gQT[:] = 0
         for q in range(d // 2):
             e, o = 2 * q, 2 * q + 1
@@ -607,7 +610,7 @@ def _backward_table(setup, work):
                         TP[b, a] += t
                         if has_rows:
                             TP[V + j, a] += t
-        np.dot(TP.T, K, gQ)  # the queries' gradient (V, d)
+        matmul(TP.T, K, gQ)  # the queries' gradient (V, d)
         for a in range(V):
             for k in range(d):
                 gQT[k, a] = gQ[a, k]
@@ -644,15 +647,15 @@ def _backward_projections(p, G, setup, work):
     for r in range(nX):
         for k in range(d):
             gA[r, 2 * d + k] = gX[r, k]
-    np.dot(Av.T, gYv, gWoU)
+    matmul(Av.T, gYv, gWoU)
     if residual:  # R = X[:V] U (+ X[at] U): the read-out of the query's own input
         for a in range(V):
             for c in range(V):
                 gA[a, 3 * d + c] = gR[a, c]
                 if has_rows:
                     gA[at, 3 * d + c] += gR[a, c]
-    np.dot(X.T, gA, gW)  # (d, Y)
-    np.dot(Wo.T, gWoU, gU)  # U also reaches the logits through WoU = Wo @ U
+    matmul(X.T, gA, gW)  # (d, Y)
+    matmul(Wo.T, gWoU, gU)  # U also reaches the logits through WoU = Wo @ U
     for k in range(d):
         for c in range(V):
             gW[k, 3 * d + c] += gU[k, c]

@@ -1,0 +1,125 @@
+"""The step's matrix products C = A @ B on machines without AVX-512: tiles of C held in registers over the whole sum.
+
+At the step's sizes (32 x 32 x 256 and smaller) OpenBLAS's kernels for AVX2 (Haswell's, which it also takes on an
+AMD Zen) pack their operands before they multiply: on an Intel Xeon made to run as an AVX2 machine they took 8.0-8.8
+us for the logit table's 32 x 32 x 256, against 2.9-3.7 us for OpenBLAS's AVX-512 kernels, which multiply small
+matrices without packing. ``matmul`` computes a tile of 4 rows x 64 bytes of C (16 float32 or 8 float64 columns:
+eight AVX2 registers) in a stack array that LLVM keeps in registers, adding one row of B times one entry of A per
+step of the sum:
+
+    C[i, j] = (...((0 + A[i, 0] B[0, j]) + A[i, 1] B[1, j]) + ...) + A[i, k-1] B[k-1, j]
+
+each addition a fused multiply-add, in this order for every entry (those of tiles cut by the edge too), so the bits
+do not depend on the vector width the code was compiled for (tests/test_matmul.py). On that Xeon as AVX2: 32 x 32 x
+256 in 4.8-5.7 us, the step's smaller products 1.6-2.9x faster than OpenBLAS's (benchmarks/README.md). The step calls
+it for its products whose right operand has contiguous rows (ten of RoPE's fourteen); those with a transposed right
+operand (A B^T) stay with numpy's BLAS. With AVX-512 (``OWN`` false) the step keeps OpenBLAS's kernels, faster
+there than these tiles (32 x 32 x 256: 2.9-3.7 against 4.7-5.2 us); off x86-64 too, where the tiles were not
+measured.
+
+The tiles need LLVM's SLP vectoriser (straight-line code into vector instructions), which numba leaves off by
+default: this module turns it on for the functions compiled after its import. It makes vector instructions of
+independent scalar ones and never reorders a sum: the step's other loops gave the same bits with it (sha256 of 22
+trainings) and took about 5% less time.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import llvmlite.binding as ll
+import numba
+import numpy as np
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
+
+from .numerics import FAST
+
+numba.core.config.SLP_VECTORIZE = 1
+
+TILE_ROWS, TILE_BYTES = 4, 64  # a tile of C: 4 rows of 64 bytes (16 float32 or 8 float64)
+
+
+def own_products() -> bool:
+    """Whether ``matmul`` computes the products by its tiles: on x86-64 where numba compiles for AVX2 and FMA without
+    AVX-512 (its target's features: the host's, or ``NUMBA_CPU_FEATURES`` as ``benchmarks.run --as-avx2`` sets
+    them); elsewhere numpy's BLAS (np.dot)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return False
+    features = (numba.core.config.CPU_FEATURES or ll.get_host_cpu_features().flatten()).split(",")
+    return "+avx2" in features and "+fma" in features and "+avx512f" not in features
+
+
+OWN = own_products()
+
+
+@intrinsic
+def _tile(typingctx, like):
+    """A zeroed (TILE_ROWS, TILE_BYTES / itemsize) C-contiguous array of ``like``'s dtype on the calling function's
+    stack (no allocation; LLVM can keep it in registers)."""
+    dtype = like.dtype
+    tile = types.Array(dtype, 2, "C")
+
+    def codegen(context, builder, signature, args):
+        item = context.get_data_type(dtype)
+        size = context.get_abi_sizeof(item)
+        width = TILE_BYTES // size
+        data = cgutils.alloca_once(builder, item, size=TILE_ROWS * width, zfill=True)
+        intp = context.get_value_type(types.intp)
+        array = make_array(tile)(context, builder)
+        populate_array(array, data=data, shape=cgutils.pack_array(builder, [intp(TILE_ROWS), intp(width)]),
+                       strides=cgutils.pack_array(builder, [intp(TILE_BYTES), intp(size)]), itemsize=intp(size),
+                       meminfo=None)
+        return array._getvalue()
+
+    return tile(like), codegen
+
+
+@njit(fastmath=FAST, error_model="numpy", inline="always")
+def _tile_product(tile, zero, A, B, C, i0, j0, rows, cols):
+    """C[i0:i0+rows, j0:j0+cols] <- A[i0:i0+rows] @ B[:, j0:j0+cols], summed in ``tile`` (rows <= its rows, cols <=
+    its columns) from ``zero``. The indices are unsigned: numba then adds no fix-up of negative ones, which would keep
+    the loops from vectorising."""
+    for r in range(rows):
+        for j in range(cols):
+            tile[r, j] = zero
+    for q in range(A.shape[1]):
+        uq = np.uint64(q)
+        for r in range(rows):
+            a = A[np.uint64(i0 + r), uq]
+            for j in range(cols):
+                tile[r, j] += a * B[uq, np.uint64(j0 + j)]
+    for r in range(rows):
+        for j in range(cols):
+            C[np.uint64(i0 + r), np.uint64(j0 + j)] = tile[r, j]
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def _tiles(A, B, C):
+    """C <- A @ B by tiles: A (m, k) of any layout, B (k, n) and C (m, n) with contiguous rows. A whole tile's loops
+    have constant lengths and its tile is indexed by constants only (LLVM unrolls the loops and keeps the tile in
+    registers); a tile cut by the edge of C runs the same sums in a second tile, in loops of its own lengths."""
+    m, n = C.shape
+    whole, edge = _tile(C), _tile(C)
+    zero = whole[0, 0]  # a tile is zeroed where it is made
+    R, W = whole.shape  # TILE_ROWS, TILE_BYTES / itemsize: constants the compiler sees (C.itemsize is read at run time)
+    for i0 in range(0, m, R):
+        rows = min(R, m - i0)
+        for j0 in range(0, n, W):
+            cols = min(W, n - j0)
+            if rows == R and cols == W:
+                _tile_product(whole, zero, A, B, C, i0, j0, R, W)
+            else:
+                _tile_product(edge, zero, A, B, C, i0, j0, rows, cols)
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy", inline="always")
+def matmul(A, B, C):
+    """C <- A @ B, as np.dot(A, B, C): by ``_tiles`` where ``OWN``, else numpy's BLAS. A (m, k) of any layout; B (k,
+    n) and C (m, n) with contiguous rows."""
+    if OWN:
+        _tiles(A, B, C)
+    else:
+        np.dot(A, B, C)

@@ -1,0 +1,86 @@
+"""engine.matmul: the step's products by tiles held in registers (machines with AVX2 and no AVX-512) give each entry
+of C as one sum in a fixed order, the same bits whatever the tile, the edge or the operands' layout; and the choice
+between the tiles and numpy's BLAS follows the features numba compiles for."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+from numba import njit
+
+from lengthgen.engine import matmul
+from lengthgen.engine.numerics import FAST
+
+
+@njit(fastmath=FAST)
+def in_order(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> None:
+    """C[i, j] = (...((0 + A[i, 0] B[0, j]) + A[i, 1] B[1, j]) + ...): one entry at a time, the order ``_tiles``
+    promises (with the same contraction into fused multiply-adds)."""
+    for i in range(A.shape[0]):
+        for j in range(B.shape[1]):
+            s = np.zeros(1, C.dtype)[0]
+            for q in range(A.shape[1]):
+                s += A[i, q] * B[q, j]
+            C[i, j] = s
+
+
+SHAPES = [(32, 32, 256), (16, 32, 112), (16, 112, 32), (32, 16, 16), (7, 5, 19), (10, 10, 10), (4, 3, 17), (1, 1, 1),
+          (3, 0, 4)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_tiles_sum_each_entry_in_order(dtype: type) -> None:
+    """Every entry of ``_tiles``' product is the in-order sum to the bit, for whole tiles, tiles cut by the edge
+    (rows and columns not multiples of the tile's), an empty sum, and A as a transposed view (the step's A^T B)."""
+    rng = np.random.default_rng(7)
+    for m, k, n in SHAPES:
+        A = rng.standard_normal((m, k)).astype(dtype)
+        B = rng.standard_normal((k, n)).astype(dtype)
+        ours, theirs, by_view = (np.full((m, n), np.nan, dtype) for _ in range(3))
+        matmul._tiles(A, B, ours)
+        in_order(A, B, theirs)
+        matmul._tiles(np.ascontiguousarray(A.T).T, B, by_view)
+        assert np.array_equal(ours, theirs) and np.array_equal(ours, by_view), (m, k, n)
+        np.testing.assert_allclose(ours, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+def test_a_non_finite_entry_stays_in_its_rows() -> None:
+    """An inf in A's first row makes C's first row inf or NaN, and no other entry: every tile, cut or whole, starts
+    its sums from zero (not from what an earlier tile left)."""
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((9, 6)).astype(np.float32), rng.standard_normal((6, 37)).astype(np.float32)
+    A[0, 2] = np.inf
+    ours, theirs = np.empty((9, 37), np.float32), np.empty((9, 37), np.float32)
+    matmul._tiles(A, B, ours)
+    in_order(A, B, theirs)
+    assert not np.isfinite(ours[0]).any() and np.isfinite(ours[1:]).all()
+    assert np.array_equal(ours[1:], theirs[1:])
+
+
+def test_matmul_writes_the_product_either_way() -> None:
+    """``matmul`` (the step's call) writes A @ B into C, by tiles or by BLAS as ``OWN`` says, into a row block of a
+    larger array too (the step's gYv[:V])."""
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 112)).astype(np.float32)
+    big = np.zeros((20, 112), np.float32)
+
+    @njit
+    def into_rows(A, B, big):
+        matmul.matmul(A, B, big[:16])
+
+    into_rows(A, B, big)
+    np.testing.assert_allclose(big[:16], A @ B, rtol=1e-5, atol=1e-5)
+    assert not big[16:].any()
+
+
+@pytest.mark.parametrize("features,own", [("+avx2,+fma,-avx512f", True), ("+avx2,+fma,+avx512f", False),
+                                          ("+avx,-avx2,-fma,-avx512f", False)])
+def test_tiles_where_avx2_without_avx512(monkeypatch: pytest.MonkeyPatch, features: str, own: bool) -> None:
+    """The tiles are chosen where numba compiles for AVX2 and FMA without AVX-512 (``NUMBA_CPU_FEATURES``, as
+    ``benchmarks.run --as-avx2`` sets it), on x86-64 only."""
+    monkeypatch.setattr(numba.core.config, "CPU_FEATURES", features)
+    monkeypatch.setattr(matmul.platform, "machine", lambda: "x86_64")
+    assert matmul.own_products() is own
+    monkeypatch.setattr(matmul.platform, "machine", lambda: "arm64")
+    assert matmul.own_products() is False
