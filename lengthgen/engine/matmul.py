@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import platform
 
-import llvmlite.binding as ll
 import numba
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.codegen import get_host_cpu_features
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
@@ -44,11 +44,11 @@ TILE_ROWS, TILE_BYTES = 4, 64  # a tile of C: 4 rows of 64 bytes (16 float32 or 
 
 def own_products() -> bool:
     """Whether ``matmul`` computes the products by its tiles: on x86-64 where numba compiles for AVX2 and FMA without
-    AVX-512 (its target's features: the host's, or ``NUMBA_CPU_FEATURES`` as ``benchmarks.run --as-avx2`` sets
-    them); elsewhere numpy's BLAS (np.dot)."""
+    AVX-512 (its target's features: ``NUMBA_CPU_FEATURES`` where set, as ``benchmarks.run --as-avx2`` sets them,
+    else the host's as numba reads them, less AVX where ``NUMBA_ENABLE_AVX`` is 0); elsewhere numpy's BLAS."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return False
-    features = (numba.core.config.CPU_FEATURES or ll.get_host_cpu_features().flatten()).split(",")
+    features = (numba.core.config.CPU_FEATURES or get_host_cpu_features()).split(",")  # as numba's codegen takes them
     return "+avx2" in features and "+fma" in features and "+avx512f" not in features
 
 
