@@ -118,7 +118,9 @@ def _tiles(A, B, C):
 @njit(cache=True, fastmath=FAST, error_model="numpy", inline="always")
 def matmul(A, B, C):
     """C <- A @ B, as np.dot(A, B, C): by ``_tiles`` where ``OWN``, else numpy's BLAS. A (m, k) of any layout; B (k,
-    n) and C (m, n) with contiguous rows."""
+    n) and C (m, n) with contiguous rows. The tiles do not check the shapes (the step's arrays match by
+    construction): a check that raises made one small-step model 2-5% slower as AVX2 (0.552-0.572 against
+    0.543-0.544 s, alternated)."""
     if OWN:
         _tiles(A, B, C)
     else:
