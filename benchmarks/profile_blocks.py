@@ -32,7 +32,7 @@ from lengthgen.engine import matmul, step
 from lengthgen.model import Model
 from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
-from lengthgen.task import TrainStream
+from lengthgen.task import TrainStream, targets
 
 from .run import processor, processor_line, restart_as_avx2
 
@@ -44,12 +44,13 @@ class Case:
     def __init__(self, c: Config):
         model = Model(c, [0])
         table = TableStep(c, model.encoding, c.train_length)
-        self.buf = table.pack(model).numpy()
+        buf = table.pack(model)
+        self.buf = buf.numpy()
         tokens = TrainStream(c, [0]).next()
         self.x = np.ascontiguousarray(tokens.numpy())
-        self.target = np.ascontiguousarray(tokens[..., -1 - c.offset].numpy())
+        self.target = np.ascontiguousarray(targets(tokens, c.offset).numpy())
         self.B, self.L = self.x.shape[1:]
-        self.setup = table._compiled_setup(self.L, getattr(torch, c.dtype))
+        self.setup = table._compiled_setup(self.L, buf.dtype)
         self.work = step.step_arrays(self.buf, self.setup, self.B, self.L)
         self.out = step.StepOut(np.zeros(1, self.buf.dtype), np.zeros(1, np.int64), np.zeros_like(self.buf))
 

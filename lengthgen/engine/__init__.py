@@ -9,7 +9,8 @@ same numbers in compiled loops, one idea a module:
 - ``stretch``: n steps of targets, gradient and AdamW update in one call (``train_steps``);
 - ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order;
 - ``matmul``: the step's matrix products by tiles held in registers where numba compiles for AVX2 without AVX-512
-  (OpenBLAS's kernels for AVX2 took about twice as long at these sizes), numpy's BLAS elsewhere;
+  (OpenBLAS's kernels for AVX2 took 1.6-2.9x as long at these sizes on an Intel Xeon run as AVX2), numpy's BLAS
+  elsewhere;
 - ``first_compile``: the first compile shared with a helper process, on two cores.
 
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use

@@ -20,7 +20,8 @@ measured.
 The tiles need LLVM's SLP vectoriser (straight-line code into vector instructions), which numba leaves off by
 default: this module turns it on for the functions compiled after its import. It makes vector instructions of
 independent scalar ones and never reorders a sum: the step's other loops gave the same bits with it (sha256 of 22
-trainings) and took about 5% less time.
+trainings) and a step of the small-step recipe (Adam, lr 3e-4, batch 256) took about 5% less time on that Xeon,
+natively.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ def _tiles(A, B, C):
 def matmul(A, B, C):
     """C <- A @ B, as np.dot(A, B, C): by ``_tiles`` where ``OWN``, else numpy's BLAS. A (m, k) of any layout; B (k,
     n) and C (m, n) with contiguous rows. The tiles do not check the shapes (the step's arrays match by
-    construction): a check that raises made one small-step model 2-5% slower as AVX2 (0.552-0.572 against
-    0.543-0.544 s, alternated)."""
+    construction): a check that raises made one small-step model (Adam, lr 3e-4, batch 256, 6667 steps, no early
+    stop, no weight decay) 2-5% slower on that Xeon as AVX2 (0.552-0.572 against 0.543-0.544 s, alternated)."""
     if OWN:
         _tiles(A, B, C)
     else:
