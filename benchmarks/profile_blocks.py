@@ -68,11 +68,11 @@ def _run(which, n, buf, x, target, setup, out, work):
         elif which == 2:
             step.call(step._attention, work, (xs, setup, work))
         elif which == 3:
-            step.call(step._logits, work, (xs, setup, work))
+            step.call(step._logits, work, (setup, work))
         elif which == 4:
             out.loglik[0], out.correct[0] = step.call(step._loss, work, (ts, setup, work))
         elif which == 5:
-            step.call(step._backward_logits, work, (xs, setup, work))
+            step.call(step._backward_logits, work, (setup, work))
         elif which == 6:
             step.call(step._backward_softmax, work, (xs, setup, work))
         elif which == 7:
@@ -130,7 +130,7 @@ def products(case: Case) -> dict[str, tuple[np.ndarray, np.ndarray]]:
             "_logit_table: trig CD": (np.ascontiguousarray(s.trig), m(d, VV)),
             "_logits: Yv[:V]^T mass": (m(V, V), mass),
             "_backward_logits: mass g": (mass, E.T), "_backward_logits: Yv[:V] E": (m(V, V), E),
-            "_backward_table: trig^T dT": (np.ascontiguousarray(s.trig).T, gT),
+            "_backward_table: dT^T trig": (gT.T, np.ascontiguousarray(s.trig)),
             "_backward_projections: dYv (Wo U)^T": (gYv, WoU.T), "_backward_projections: Av^T dYv": (Av.T, gYv),
             "_backward_projections: X^T dA": (X.T, gA), "_backward_projections: Wo^T d(Wo U)": (Wo.T, gWoU),
             "_backward_projections: d(Wo U) U^T": (gWoU, U.T), "_backward_projections: dA W^T": (gA, W.T)}

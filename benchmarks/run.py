@@ -494,11 +494,11 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
          f"{h['per_model_batched']['wall']:.2f} s (cpu {h['per_model_batched']['cpu']:.2f}); all {len(SEEDS)} at "
          f"{min(b['accuracy_at_stop']):.3f}+ after {b['steps']} of {b['budget']} steps; {b['wall']:.1f} s in all, "
          f"{b['eval_seconds']:.2f} s of it checkpoints"),
-        (f"  the same, each seed alone, median over seeds", "(<= 0.5 s)",
+        ("  the same, each seed alone, median over seeds", "(<= 0.5 s)",
          h["alone_median"]["wall"] <= 0.5 and all(x["reached"] for x in alone.values()),
          f"{h['alone_median']['wall']:.2f} s (cpu {h['alone_median']['cpu']:.2f}); steps "
          f"{[x['steps'] for x in alone.values()]}; reached {sum(x['reached'] for x in alone.values())}/{len(alone)}"),
-        (f"  plain nn.Module baseline, same recipe, same steps as seed 0 alone", ">= 10x",
+        ("  plain nn.Module baseline, same recipe, same steps as seed 0 alone", ">= 10x",
          vs["ratio_vs_seed0_alone"]["wall"] >= 10,
          f"{vs['ratio_vs_seed0_alone']['wall']:.1f}x vs seed 0 alone, {vs['ratio_vs_per_model_batched']['wall']:.1f}x "
          f"vs per model batched (baseline {vs['baseline_same_steps']['wall']:.1f} s for {vs['baseline_same_steps']['steps']} "

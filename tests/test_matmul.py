@@ -1,6 +1,7 @@
 """engine.matmul: the step's products by tiles held in registers (machines with AVX2 and no AVX-512) give each entry
-of C as one sum in a fixed order, the same bits whatever the tile, the edge or the operands' layout; and the choice
-between the tiles and numpy's BLAS follows the features numba compiles for."""
+of C as one sum in a fixed order, the same bits whatever the tile, the edge or the operands' layout; so do the
+lanewise sums of RoPE's backward (``lane_sums``, every machine); and the choice between the tiles and numpy's BLAS
+follows the features numba compiles for."""
 
 from __future__ import annotations
 
@@ -43,6 +44,37 @@ def test_tiles_sum_each_entry_in_order(dtype: type) -> None:
         matmul._tiles(np.ascontiguousarray(A.T).T, B, by_view)
         assert np.array_equal(ours, theirs) and np.array_equal(ours, by_view), (m, k, n)
         np.testing.assert_allclose(ours, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
+
+
+@njit(fastmath=FAST)
+def lanes_in_order(G, first, step, n, X, out, r, c):
+    """out[r, c + j] = (...((0 + G[first, j] X[0, j]) + G[first + step, j] X[1, j]) + ...): the order ``lane_sums``
+    promises, one column at a time."""
+    for j in range(X.shape[1]):
+        s = np.zeros(1, out.dtype)[0]
+        for i in range(n):
+            s += G[first + i * step, j] * X[i, j]
+        out[r, c + j] = s
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n,d,step", [(16, 32, 1), (16, 32, 16), (16, 20, 16), (5, 7, 3), (3, 17, 1), (0, 8, 1)])
+def test_lane_sums_sum_each_column_in_order(dtype: type, n: int, d: int, step: int) -> None:
+    """``lane_sums`` (RoPE's backward through the table, ``step._backward_table``) gives each of its two outputs'
+    entries as the in-order sum to the bit, down rows first + i step of G, for whole and cut tiles and an empty sum,
+    at the columns and rows it is told, and writes nothing else."""
+    rng = np.random.default_rng(11)
+    first = 2
+    G = rng.standard_normal((first + max(n - 1, 0) * step + 1, d)).astype(dtype)
+    X, Y = rng.standard_normal((max(n, 1), d)).astype(dtype), rng.standard_normal((max(n, 1), d)).astype(dtype)
+    outX, outY = np.full((4, d + 3), np.nan, dtype), np.full((3, d), np.nan, dtype)
+    matmul.lane_sums(G, first, step, n, d, X, Y, outX, 1, 3, outY, 2, 0)
+    wantX, wantY = np.full_like(outX, np.nan), np.full_like(outY, np.nan)
+    lanes_in_order(G, first, step, n, X, wantX, 1, 3)
+    lanes_in_order(G, first, step, n, Y, wantY, 2, 0)
+    assert np.array_equal(outX, wantX, equal_nan=True) and np.array_equal(outY, wantY, equal_nan=True)
+    rows = G[first:first + n * step:step] if n else G[:0]
+    np.testing.assert_allclose(outX[1, 3:], (rows.astype(np.float64) * X[:n]).sum(0), rtol=1e-4, atol=1e-4)
 
 
 def test_a_non_finite_entry_stays_in_its_rows() -> None:

@@ -10,7 +10,7 @@ same numbers in compiled loops, one idea a module:
 - ``numerics``: exp, log1p and dot products as vectorised loops of a fixed order;
 - ``matmul``: the step's matrix products by tiles held in registers where numba compiles for AVX2 without AVX-512
   (OpenBLAS's kernels for AVX2 took 1.6-2.9x as long at these sizes on an Intel Xeon run as AVX2), numpy's BLAS
-  elsewhere;
+  elsewhere; and, on every machine, the lanewise sums of RoPE's backward through its table (``lane_sums``);
 - ``first_compile``: the first compile shared with a helper process, on two cores.
 
 The update (``optim.adam_step``) and the token draws (``draws``) live outside it: the optimiser and the task use

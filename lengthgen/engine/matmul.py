@@ -1,4 +1,5 @@
-"""The step's matrix products C = A @ B on machines without AVX-512: tiles of C held in registers over the whole sum.
+"""Sums held in registers over their whole length: the step's matrix products C = A @ B on machines without AVX-512,
+and the lanewise sums of RoPE's backward through its table on every machine.
 
 At the step's sizes (32 x 32 x 256 and smaller) OpenBLAS's kernels for AVX2 (Haswell's, which it also takes on an
 AMD Zen) pack their operands before they multiply: on an Intel Xeon made to run as an AVX2 machine they took 8.0-8.8
@@ -16,6 +17,12 @@ it for its products whose right operand has contiguous rows (ten of RoPE's fourt
 operand (A B^T) stay with numpy's BLAS. With AVX-512 (``OWN`` false) the step keeps OpenBLAS's kernels, faster
 there than these tiles (32 x 32 x 256: 2.9-3.7 against 4.7-5.2 us); off x86-64 too, where the tiles were not
 measured.
+
+``lane_sums`` holds the same kind of tile for the sums of RoPE's backward through its table (``step._backward_table``):
+per column j, sum_i G[first + i step, j] X[i, j], two such sums at a time, each in the order i = 0, 1, ... by fused
+multiply-adds. It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us
+against 10.0-10.1 us for the loops and eight-lane dot products before it, as AVX2 on the Intel Xeon (6.5-7.0 against
+8.7-9.0 natively; float32, the small-step recipe's model, min of seven blocks of 2000 calls).
 
 The tiles need LLVM's SLP vectoriser (straight-line code into vector instructions), which numba leaves off by
 default: this module turns it on for the functions compiled after its import. It makes vector instructions of
@@ -126,3 +133,41 @@ def matmul(A, B, C):
         _tiles(A, B, C)
     else:
         np.dot(A, B, C)
+
+
+@njit(fastmath=FAST, error_model="numpy", inline="always")
+def _lane_tile(tile, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX, outY, rY, cY):
+    """Rows 0 and 1 of ``tile`` <- sum over i < n of G[first + i step, j] X[i, j] and of G[...] Y[i, j], for the
+    columns j0 <= j < j0 + cols (cols <= the tile's columns), summed in order i = 0, 1, ... by fused multiply-adds;
+    then written to outX[rX, cX + j - j0] and outY[rY, cY + j - j0]. Unsigned indices, as in ``_tile_product``."""
+    for r in range(2):
+        for j in range(cols):
+            tile[r, j] = zero
+    for i in range(n):
+        g = np.uint64(first + i * step)
+        ui = np.uint64(i)
+        for j in range(cols):
+            gj = G[g, np.uint64(j0 + j)]
+            tile[0, j] += gj * X[ui, np.uint64(j0 + j)]
+            tile[1, j] += gj * Y[ui, np.uint64(j0 + j)]
+    for j in range(cols):
+        outX[np.uint64(rX), np.uint64(cX + j)] = tile[0, j]
+        outY[np.uint64(rY), np.uint64(cY + j)] = tile[1, j]
+
+
+@njit(cache=True, fastmath=FAST, error_model="numpy")
+def lane_sums(G, first, step, n, d, X, Y, outX, rX, cX, outY, rY, cY):
+    """outX[rX, cX + j] <- sum_i G[first + i step, j] X[i, j] and outY[rY, cY + j] <- sum_i G[first + i step, j] Y[i, j]
+    for i < n and j < d: sums of elementwise products down a strided set of G's rows, each column summed in order
+    i = 0, 1, ... by fused multiply-adds (the same bits at any vector width), in a tile of 64-byte rows held in
+    registers over the whole sum. G, X, Y, outX, outY with contiguous rows."""
+    whole, edge = _tile(G), _tile(G)
+    zero = whole[0, 0]
+    W = whole.shape[1]  # TILE_BYTES / itemsize: a constant the compiler sees
+    for j0 in range(0, d, W):
+        cols = min(W, d - j0)
+        if cols == W:
+            _lane_tile(whole, zero, G, first, step, X, Y, n, j0, W, outX, rX, cX + j0, outY, rY, cY + j0)
+        else:
+            _lane_tile(edge, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX + j0, outY, rY, cY + j0)
+

@@ -42,7 +42,7 @@ from numba.core.errors import TypingError
 from numba.experimental import structref
 from numba.extending import intrinsic
 
-from .matmul import matmul
+from .matmul import lane_sums, matmul
 from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, log1p, log_constants
 
 # How the attention logit table is made (tables.TableStep's cases):
@@ -113,6 +113,7 @@ class StepArrays(NamedTuple):
     Qr: np.ndarray  # (V L, d) RoPE by lookup: the query of token a turned for key position j (row a L + j), else (1, d)
     TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
     top: np.ndarray  # (V,) the largest table entry of each query token's column
+    query: np.ndarray  # (B,) int64 the query token a_i = x_i,L-1 of each sequence
     at_ij: np.ndarray  # (B, L) int32 the table entry of key j of sequence i
     lg: np.ndarray  # (B, L) the attention logits, then the attention weights attn
     mass: np.ndarray  # (V, B) the attention on each token
@@ -128,16 +129,14 @@ class StepArrays(NamedTuple):
     gM: np.ndarray  # (V, B) dloss/dmass
     gP: np.ndarray  # (B, L) dloss/dattn through the position rows; RoPE by lookup: dloss/ds, by logit
     gT: np.ndarray  # (nT,) dloss/dT
-    gCD: np.ndarray  # (d, V^2) dloss/dCD (RoPE; 1 column by lookup)
+    gCD: np.ndarray  # (V^2, d) dloss/dCD, transposed (RoPE; 1 row by lookup)
     gQr: np.ndarray  # (V L, d) dloss/dQr (RoPE by lookup), else (1, d)
-    gQT: np.ndarray  # (d, V) dloss/dq(a), as columns
     gQ: np.ndarray  # (V, d) dloss/dq(a), as rows
+    swap: np.ndarray  # (3, V, d) RoPE's backward: q~(a), k~(b) (each rotation pair's two entries swapped), R(a)
     gA: np.ndarray  # (nX, 3d + V) dloss/dA
     gX: np.ndarray  # (nX, d) a product's scratch, then dloss/dX
-    gW: np.ndarray  # (d, 3d + V) dloss/dW
     gWoU: np.ndarray  # (d, V) dloss/d(Wo U)
     gU: np.ndarray  # (d, V) dloss/dU through Wo U
-    gWo: np.ndarray  # (d, d) dloss/dWo
 
 
 @structref.register
@@ -149,7 +148,7 @@ class WorkType(types.StructRef):
 
 
 class Work(structref.StructRefProxy):
-    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 44 arrays) instead of a
+    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 45 arrays) instead of a
     tuple, whose arrays numba passes as over 300 separate arguments to every function and unpacks in each one's
     Python wrapper. Measured on a 2-core AMD EPYC, from an empty cache: a trivial compiled function of (setup,
     StepArrays) took 0.64 s to compile (0.47 s of it LLVM), of (setup, Work) 0.11 s; the first training call of a
@@ -195,15 +194,14 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
         Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
         T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt),
-        top=np.empty(V, dt),
+        top=np.empty(V, dt), query=np.empty(B, np.int64),
         at_ij=np.empty((B, L), np.int32), lg=np.empty((B, L), dt), mass=np.empty((V, B), dt), Z=np.empty((V, V), dt),
         yt=np.empty((V, B), dt), E=np.empty((V, B), dt), rowtop=np.empty(B, dt), pick=np.empty(B, np.int64),
         sums=np.empty(B, dt), rest=np.empty(B, dt),
         gYv=np.empty((nX, V), dt), gR=np.empty((V, V), dt), gM=np.empty((V, B), dt), gP=np.empty((B, L), dt),
-        gT=np.empty(nT, dt), gCD=np.empty((d, nC), dt), gQr=np.empty((nQ, d), dt), gQT=np.empty((d, V), dt),
-        gQ=np.empty((V, d), dt),
-        gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gW=np.empty((d, Y), dt), gWoU=np.empty((d, V), dt),
-        gU=np.empty((d, V), dt), gWo=np.empty((d, d), dt))
+        gT=np.empty(nT, dt), gCD=np.empty((nC, d), dt), gQr=np.empty((nQ, d), dt),
+        gQ=np.empty((V, d), dt), swap=np.empty((3, V, d), dt),
+        gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gWoU=np.empty((d, V), dt), gU=np.empty((d, V), dt))
 
 
 def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut) -> None:
@@ -332,16 +330,18 @@ def _attention(xs, setup, work):
     ``by_lookup``) s_ij = Qr[a_i L + j] . k(x_ij), shifted by the sequence's own maximum.
     """
     kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    ones, T, top, at_ij, lg = work.ones, work.T, work.top, work.at_ij, work.lg
+    ones, T, top, query, at_ij, lg = work.ones, work.T, work.top, work.query, work.at_ij, work.lg
     mass = work.mass
     one = work.cst[0]
     low = work.cst[2]
     B, L = work.lg.shape
     lookup = by_lookup(kind, V, B)
+    for i in range(B):
+        query[i] = xs[i, L - 1]
     if lookup:
         Qr, K = work.Qr, work.K
         for i in range(B):
-            a = xs[i, L - 1]
+            a = query[i]
             for j in range(L):
                 lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
             _less_row_max(lg, i)
@@ -361,7 +361,7 @@ def _attention(xs, setup, work):
                 top[a] = max(top[a], T[r * V + a])
         # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
         for i in range(B):
-            a = xs[i, L - 1]
+            a = query[i]
             shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
             for j in range(L):
                 at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
@@ -385,13 +385,13 @@ def _attention(xs, setup, work):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def _logits(xs, setup, work):
+def _logits(setup, work):
     """Forward: the logits of each sequence, transposed (V, B).
 
         y_i = Yv[:V]^T mass_i + Yv[V:]^T attn_i + R[a_i],   R = (E + P_(L-1)) U with the residual, else 0
     """
     kind, residual, V, d = setup.kind, setup.residual, setup.V, setup.d
-    A, lg, mass, Z, yt = work.A, work.lg, work.mass, work.Z, work.yt
+    A, query, lg, mass, Z, yt = work.A, work.query, work.lg, work.mass, work.Z, work.yt
     B, L = work.lg.shape
     has_rows = kind == ROWS
     at = V + L - 1  # the last position's row of X
@@ -406,11 +406,12 @@ def _logits(xs, setup, work):
         for c in range(V):
             for i in range(B):
                 yt[c, i] += gM[c, i]
-    if residual:
-        for i in range(B):
-            a = xs[i, L - 1]
-            for c in range(V):
-                yt[c, i] += A[a, 3 * d + c] + A[at, 3 * d + c] if has_rows else A[a, c + 3 * d]
+    if residual:  # along the batch, R[a_i, c] gathered (by rows of yt: 2.5 -> 1.6 us as AVX2, the same bits)
+        for c in range(V):
+            col = 3 * d + c
+            for i in range(B):
+                a = np.uint64(query[i])
+                yt[c, i] += A[a, col] + A[at, col] if has_rows else A[a, col]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -471,16 +472,16 @@ def _loss(ts, setup, work):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
-def _backward_logits(xs, setup, work):
+def _backward_logits(setup, work):
     """Backward: the logits to Yv, R and the attention.
 
         dYv[:V] = mass g,   dYv[V:] = attn^T g,   dR[a] = sum_(i: a_i = a) g_i
         dmass[b, i] = Yv[b] . g_i (gM),   dattn_ij (position rows) = Yv[V + j] . g_i (gP)
     """
     kind, residual, V = setup.kind, setup.residual, setup.V
-    lg, mass, E, sums, gYv, gR = work.lg, work.mass, work.E, work.sums, work.gYv, work.gR
+    query, lg, mass, E, sums, gYv, gR = work.query, work.lg, work.mass, work.E, work.sums, work.gYv, work.gR
     gM, gP = work.gM, work.gP
-    B, L = work.lg.shape
+    B = work.lg.shape[0]
     has_rows = kind == ROWS
     YvT, YvP = work.Yv[:V], work.Yv[V:]  # tokens' and positions' rows
     g = work.E.T  # the gradient by the logits (B, V)
@@ -490,7 +491,7 @@ def _backward_logits(xs, setup, work):
     gR[:] = 0
     if residual:
         for i in range(B):
-            a = xs[i, L - 1]
+            a = query[i]
             for c in range(V):
                 gR[a, c] += g[i, c]
     matmul(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
@@ -512,7 +513,7 @@ def _backward_softmax(xs, setup, work):
         by lookup (RoPE, ``by_lookup``): dQr[a_i L + j] += ds_ij k(x_ij),   dk(x_ij) += ds_ij Qr[a_i L + j]  (into gX)
     """
     kind, V, d = setup.kind, setup.V, setup.d
-    at_ij, lg, sums, gM, gP, gT = work.at_ij, work.lg, work.sums, work.gM, work.gP, work.gT
+    query, at_ij, lg, sums, gM, gP, gT = work.query, work.at_ij, work.lg, work.sums, work.gM, work.gP, work.gT
     B, L = work.lg.shape
     has_rows = kind == ROWS
     if by_lookup(kind, V, B):
@@ -521,7 +522,7 @@ def _backward_softmax(xs, setup, work):
         gK[:] = 0
         for i in range(B):
             dot = sums[i]
-            a = xs[i, L - 1]
+            a = query[i]
             for j in range(L):
                 b = xs[i, j]
                 ds = lg[i, j] * gM[np.uint64(b), i] - lg[i, j] * dot
@@ -549,8 +550,12 @@ def _backward_softmax(xs, setup, work):
 def _backward_table(setup, work):
     """Backward: the table to the queries (gA[:, :d]) and keys (gA[:, d:2d]).
 
-        ROTATE: dCD = trig^T dT;  per pair dq_e = sum_b dCD[e] k_e - dCD[o] k_o,  dq_o = dCD[e] k_o + dCD[o] k_e,
-                dk_e = sum_a dCD[e] q_e + dCD[o] q_o,  dk_o = dCD[e] q_o - dCD[o] q_e
+        ROTATE: dCD = dT^T trig (row b V + a);  per pair, summed over b for the query a and over a for the key b:
+                dq_e(a) = sum_b dCD[e] k_e - dCD[o] k_o,   dq_o(a) = sum_b dCD[e] k_o + dCD[o] k_e
+                dk_e(b) = sum_a dCD[e] q_e + dCD[o] q_o,   dk_o(b) = sum_a dCD[e] q_o - dCD[o] q_e
+                as lanewise sums (``matmul.lane_sums``; ~ swaps the two entries of each pair):
+                M(b) = sum_a dCD q(a),  N(b) = sum_a dCD q~(a),  P(a) = sum_b dCD k(b),  R(a) = sum_b dCD k~(b),
+                dk_e = M_e + M_o,  dk_o = N_e - N_o,  dq_e = P_e - P_o,  dq_o = R_e + R_o
                 by lookup: dq_e(a) = sum_j trig[j, e] dQr[a L + j, e] - trig[j, o] dQr[a L + j, o],
                 dq_o(a) = sum_j trig[j, o] dQr[a L + j, e] + trig[j, e] dQr[a L + j, o];  dk from ``_backward_softmax``
         else:   dTP[b, a] = sum_j dT[j, b, a] / sqrt(d),  dTP[V + j, a] = sum_b dT[j, b, a] / sqrt(d) (ROWS)
@@ -559,7 +564,7 @@ def _backward_table(setup, work):
     With position rows the query q(a) = (E_a + P_(L-1)) Wq also sends dq(a) to the last position's row.
     """
     kind, V, d, trig = setup.kind, setup.V, setup.d, setup.trig
-    K, QT, TP, gT, gCD, gQT = work.K, work.QT, work.TP, work.gT, work.gCD, work.gQT
+    A, K, QT, TP, gT, gCD = work.A, work.K, work.QT, work.TP, work.gT, work.gCD
     gQ, gA, gX = work.gQ, work.gA, work.gX
     scale = work.cst[1]
     zero = scale - scale
@@ -579,24 +584,29 @@ def _backward_table(setup, work):
                     r = a * L + j
                     ge += trig[j, e] * gQr[r, e] - trig[j, o] * gQr[r, o]
                     go += trig[j, o] * gQr[r, e] + trig[j, e] * gQr[r, o]
-                gQT[e, a] = ge
-                gQT[o, a] = go
+                gQ[a, e] = ge
+                gQ[a, o] = go
         for b in range(V):
             for k in range(d):
                 gA[b, d + k] = gX[b, k]
     elif kind == ROTATE:
-        matmul(trig.T, gT.reshape((L, VV)), gCD)
-        gQT[:] = 0
-        for q in range(d // 2):
-            e, o = 2 * q, 2 * q + 1
-            for b in range(V):
-                ke, ko = K[b, e], K[b, o]
-                bV = b * V
-                for a in range(V):
-                    gQT[e, a] += gCD[e, bV + a] * ke - gCD[o, bV + a] * ko
-                    gQT[o, a] += gCD[e, bV + a] * ko + gCD[o, bV + a] * ke
-                gA[b, d + e] = dot8(gCD, e, bV, QT, e, 0, V) + dot8(gCD, o, bV, QT, o, 0, V)
-                gA[b, d + o] = dot8(gCD, e, bV, QT, o, 0, V) - dot8(gCD, o, bV, QT, e, 0, V)
+        matmul(gT.reshape((L, VV)).T, trig, gCD)
+        qs, ks, R = work.swap[0], work.swap[1], work.swap[2]
+        for r in range(V):
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                qs[r, e], qs[r, o] = A[r, o], A[r, e]  # q(a) = A[a, :d] without position rows
+                ks[r, e], ks[r, o] = K[r, o], K[r, e]
+        for b in range(V):  # M into gA[b, d:2d], N into gX[b]: over the rows b V + a, a < V
+            lane_sums(gCD, b * V, 1, V, d, A, qs, gA, b, d, gX, b, 0)
+        for a in range(V):  # P into gQ[a], R[a]: over the rows b V + a, b < V
+            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, 0, R, a, 0)
+        for r in range(V):
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                Me, Mo, Pe, Po = gA[r, d + e], gA[r, d + o], gQ[r, e], gQ[r, o]
+                gA[r, d + e], gA[r, d + o] = Me + Mo, gX[r, e] - gX[r, o]
+                gQ[r, e], gQ[r, o] = Pe - Po, R[r, e] + R[r, o]
     else:
         TP[:] = 0  # now the gradient by TP, scaled by 1/sqrt(d)
         if kind == NONE:
@@ -611,18 +621,15 @@ def _backward_table(setup, work):
                         if has_rows:
                             TP[V + j, a] += t
         matmul(TP.T, K, gQ)  # the queries' gradient (V, d)
-        for a in range(V):
-            for k in range(d):
-                gQT[k, a] = gQ[a, k]
         np.dot(TP, QT.T, gX)  # the keys' gradient (nX, d)
         for r in range(nX):
             for k in range(d):
                 gA[r, d + k] = gX[r, k]
     for a in range(V):
         for k in range(d):
-            gA[a, k] = gQT[k, a]
+            gA[a, k] = gQ[a, k]
             if has_rows:  # the query is (E + P_(L-1)) Wq: its gradient also reaches the last position's row
-                gA[at, k] += gQT[k, a]
+                gA[at, k] += gQ[a, k]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -634,7 +641,7 @@ def _backward_projections(p, G, setup, work):
     """
     kind, fixed, residual, V, d, n_ep = setup.kind, setup.fixed, setup.residual, setup.V, setup.d, setup.n_ep
     X, Av, U, WoU, gYv, gR = work.X, work.Av, work.U, work.WoU, work.gYv, work.gR
-    gA, gX, gW, gWoU, gU, gWo = work.gA, work.gX, work.gW, work.gWoU, work.gU, work.gWo
+    gA, gX, gWoU, gU = work.gA, work.gX, work.gWoU, work.gU
     B, L = work.lg.shape
     Y = 3 * d + V  # columns of W: [Wq | Wk | Wv | U]
     has_rows = kind == ROWS
@@ -643,6 +650,8 @@ def _backward_projections(p, G, setup, work):
     o_W, o_Wo = n_ep * d, n_ep * d + d * Y  # where W and Wo start in a member's row
     W = p[o_W:o_Wo].reshape((d, Y))
     Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
+    gW = G[o_W:o_Wo].reshape((d, Y))  # dW and dWo are written in place in the gradient row
+    gWo = G[o_Wo:o_Wo + d * d].reshape((d, d))
     np.dot(gYv, WoU.T, gX)
     for r in range(nX):
         for k in range(d):
@@ -659,13 +668,7 @@ def _backward_projections(p, G, setup, work):
     for k in range(d):
         for c in range(V):
             gW[k, 3 * d + c] += gU[k, c]
-    for k in range(d):
-        for c in range(Y):
-            G[o_W + k * Y + c] = gW[k, c]
     np.dot(gWoU, U.T, gWo)
-    for k in range(d):
-        for c in range(d):
-            G[o_Wo + k * d + c] = gWo[k, c]
     np.dot(gA, W.T, gX)  # (nX, d)
     G[:o_W] = 0  # sinusoidal rows are fixed; APE rows past L get no gradient
     for r in range(V if fixed else nX):
@@ -689,8 +692,8 @@ def block_types(dtype: str) -> dict[str, tuple[types.Type, ...]]:
     t = numba.typeof
     row, xs, ts, su = t(np.zeros(1, dt)), t(np.zeros((1, 1), np.int64)), t(np.zeros(1, np.int64)), t(setup)
     w = WorkType(list(zip(StepArrays._fields, map(t, arrays))))
-    return {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (xs, su, w), "_logits": (xs, su, w),
-            "_loss": (ts, su, w), "_backward_logits": (xs, su, w), "_backward_softmax": (xs, su, w),
+    return {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (xs, su, w), "_logits": (su, w),
+            "_loss": (ts, su, w), "_backward_logits": (su, w), "_backward_softmax": (xs, su, w),
             "_backward_table": (su, w), "_backward_projections": (row, row, su, w)}
 
 
@@ -750,9 +753,9 @@ def step_in(buf, x, target, setup, out, work):
         call(_project, work, (p, setup, work))
         call(_logit_table, work, (setup, work))
         call(_attention, work, (xs, setup, work))
-        call(_logits, work, (xs, setup, work))
+        call(_logits, work, (setup, work))
         out.loglik[s], out.correct[s] = call(_loss, work, (ts, setup, work))
-        call(_backward_logits, work, (xs, setup, work))
+        call(_backward_logits, work, (setup, work))
         call(_backward_softmax, work, (xs, setup, work))
         call(_backward_table, work, (setup, work))
         call(_backward_projections, work, (p, out.grad[s], setup, work))
