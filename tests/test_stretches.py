@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from lengthgen import Config, draws
+from lengthgen import Config, draws, tables
 from lengthgen.config import ConfigError
 from lengthgen.engine import stretch
 from lengthgen.model import Model
@@ -143,10 +143,11 @@ def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPa
 
 
 def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh 2 MB block is new pages from the
-    system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in turn. The
-    step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for every
-    call."""
+    """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh block of ``DRAWN_BYTES`` is new
+    pages from the system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in
+    turn. The step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for
+    every call. (Blocks of 32 steps here: each run of 100 steps takes four.)"""
+    monkeypatch.setattr(tables, "DRAWN_BYTES", 32 * SMALL.batch * SMALL.train_length * 8)
     model = Model(SMALL, [0])
     step = TableStep(SMALL, model.encoding, SMALL.train_length)
     opt = Optimizer("adam", step.pack(model), [SMALL.lr])
