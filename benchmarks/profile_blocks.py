@@ -57,28 +57,11 @@ class Case:
 
 @njit(error_model="numpy")
 def _run(which, n, buf, x, target, setup, out, work):
-    """``n`` calls of block number ``which`` of ``step.BLOCKS`` (through ``step.call``, as ``step_in`` calls it), or of
+    """``n`` calls of block number ``which`` of ``step.BLOCKS`` (``step.run_block``, as ``step_in`` calls it), or of
     the whole step (``which`` = 9); block ``which`` reads what the blocks before it wrote in ``work``."""
-    p, xs, ts, G = buf[0], x[0], target[0], out.grad[0]
     for _ in range(n):
-        if which == 0:
-            step.call(step._project, work, (p, setup, work))
-        elif which == 1:
-            step.call(step._logit_table, work, (setup, work))
-        elif which == 2:
-            step.call(step._attention, work, (xs, setup, work))
-        elif which == 3:
-            step.call(step._logits, work, (setup, work))
-        elif which == 4:
-            out.loglik[0], out.correct[0] = step.call(step._loss, work, (ts, setup, work))
-        elif which == 5:
-            step.call(step._backward_logits, work, (setup, work))
-        elif which == 6:
-            step.call(step._backward_softmax, work, (xs, setup, work))
-        elif which == 7:
-            step.call(step._backward_table, work, (setup, work))
-        elif which == 8:
-            step.call(step._backward_projections, work, (p, G, setup, work))
+        if which < len(step.BLOCKS):
+            step.run_block(which, 0, buf, x, target, setup, out, work)
         else:
             step.step_in(buf, x, target, setup, out, work)
 

@@ -66,9 +66,9 @@ def fast_forward(model: Model, tokens: torch.Tensor) -> Output:
 
 THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on threads (a hand-off costs ~0.1 ms)
 # The tokens ``TableStep.run`` draws at a time (a block of steps, int64), each block one hand-off to the thread that
-# draws ahead. 4 MB (128 steps at batch 256, L 32) rather than 2 MB: one small-step model (Adam, lr 3e-4, batch 256,
-# 6667 steps, no early stop) took 0.495-0.511 s against 0.509-0.526 s, six rounds alternated, as AVX2 on an Intel
-# Xeon (min of five each); 8 and 16 MB were no faster.
+# draws ahead. 4 MB (128 steps at batch 256, L 32) rather than 2 MB: one small-step model (RoPE, default task; Adam,
+# lr 3e-4, batch 256, 6667 steps, no early stop, no weight decay) took 0.495-0.511 s against 0.509-0.526 s, six
+# rounds alternated, as AVX2 on an Intel Xeon (min of five each); 8 and 16 MB were no faster.
 DRAWN_BYTES = 2**22
 
 

@@ -22,7 +22,7 @@ measured.
 per column j, sum_i G[first + i step, j] X[i, j], two such sums at a time, each in the order i = 0, 1, ... by fused
 multiply-adds. It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us
 against 10.0-10.1 us for the loops and eight-lane dot products before it, as AVX2 on the Intel Xeon (6.5-7.0 against
-8.7-9.0 natively; float32, the small-step recipe's model, min of seven blocks of 2000 calls).
+8.7-9.0 natively; float32, RoPE with V 16, d 32, L 32, batch 256, one member; min of seven blocks of 2000 calls).
 
 The tiles need LLVM's SLP vectoriser (straight-line code into vector instructions), which numba leaves off by
 default: this module turns it on for the functions compiled after its import. It makes vector instructions of

@@ -21,11 +21,12 @@ product of the query turned for position j with the key, computed for the batch'
 ``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``),
 each a function with the equation it computes in its docstring and the code under it, compiled and cached on its
 own, so that the first compile can share them between two processes (``first_compile``). ``step_in`` calls each
-block's own machine code where it lies (``call``), so that compiling ``step_in`` or ``stretch.train_steps`` does not
-optimise and emit the nine blocks' code once more. The working arrays (``StepArrays``, by name) are made once per call
-(``step_arrays``), not once per step, and reach compiled code as one reference (``Work``), which also holds the
-blocks' addresses. The products whose right operand has contiguous rows go through ``matmul.matmul`` (register tiles
-where numba compiles for AVX2 without AVX-512, numpy's BLAS elsewhere), the others (A B^T) through np.dot.
+(``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so that
+compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
+working arrays (``StepArrays``, by name) are made once per call (``step_arrays``), not once per step, and reach
+compiled code as one reference (``Work``), which also holds the blocks' addresses. The products whose right operand
+has contiguous rows go through ``matmul.matmul`` (register tiles where numba compiles for AVX2 without AVX-512,
+numpy's BLAS elsewhere), the others (A B^T) through np.dot.
 """
 
 from __future__ import annotations
@@ -407,7 +408,7 @@ def _logits(setup, work):
         for c in range(V):
             for i in range(B):
                 yt[c, i] += gM[c, i]
-    if residual:  # along the batch, by rows of yt (2.5 -> 1.6 us on an Intel Xeon as AVX2; the same bits)
+    if residual:  # along the batch, by rows of yt (2.5 -> 1.6 us at V 16, batch 256, float32, on an Intel Xeon as AVX2)
         for c in range(V):
             col = 3 * d + c
             for i in range(B):
@@ -745,18 +746,36 @@ def call(typingctx, block, work, args):
     return result(block, work, args), codegen
 
 
+@njit(error_model="numpy", fastmath=FAST, nogil=True, inline="always")
+def run_block(which, s, buf, x, target, setup, out, work):
+    """Block number ``which`` of ``BLOCKS`` for member s (``call``: the block's own machine code); ``_loss`` writes
+    the member's mean log-likelihood and correct predictions into ``out``. Each block reads what the blocks before
+    it wrote in ``work``. (``benchmarks/profile_blocks`` times the blocks one by one through it.)"""
+    p, xs, ts = buf[s], x[s], target[s]
+    if which == 0:
+        call(_project, work, (p, setup, work))
+    elif which == 1:
+        call(_logit_table, work, (setup, work))
+    elif which == 2:
+        call(_attention, work, (xs, setup, work))
+    elif which == 3:
+        call(_logits, work, (setup, work))
+    elif which == 4:
+        out.loglik[s], out.correct[s] = call(_loss, work, (ts, setup, work))
+    elif which == 5:
+        call(_backward_logits, work, (setup, work))
+    elif which == 6:
+        call(_backward_softmax, work, (xs, setup, work))
+    elif which == 7:
+        call(_backward_table, work, (setup, work))
+    else:
+        call(_backward_projections, work, (p, out.grad[s], setup, work))
+
+
 @njit(cache=True, error_model="numpy", fastmath=FAST, nogil=True, inline="always")
 def step_in(buf, x, target, setup, out, work):
-    """``table_step`` in the working arrays ``work`` (``Work``): member after member, the blocks above (``call``:
-    each block's own machine code)."""
+    """``table_step`` in the working arrays ``work`` (``Work``): member after member, the blocks above in order
+    (``run_block``)."""
     for s in range(x.shape[0]):
-        p, xs, ts = buf[s], x[s], target[s]
-        call(_project, work, (p, setup, work))
-        call(_logit_table, work, (setup, work))
-        call(_attention, work, (xs, setup, work))
-        call(_logits, work, (setup, work))
-        out.loglik[s], out.correct[s] = call(_loss, work, (ts, setup, work))
-        call(_backward_logits, work, (setup, work))
-        call(_backward_softmax, work, (xs, setup, work))
-        call(_backward_table, work, (setup, work))
-        call(_backward_projections, work, (p, out.grad[s], setup, work))
+        for which in range(len(BLOCKS)):
+            run_block(which, s, buf, x, target, setup, out, work)

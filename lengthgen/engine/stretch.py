@@ -60,10 +60,10 @@ def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work, stop):
     """Up to ``n`` whole training steps; returns how many it took and whether ``stop`` (an ``EarlyStop``) ended the
     stretch (at its last step, or before the n). Step k trains on the batches xs[k % len(xs)] (S, B, L) (n batches
     drawn before, ``draws.draw_steps``, or one fixed training set), reads member s's targets ``offsets[s]`` positions
-    before the last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the AdamW update number t0 + k + 1
-    (``optim.adam_step``; adam: ``optim.AdamArrays``, its step sizes constant over the stretch), and writes its
-    mean log-likelihoods and correct predictions into history[k] (``History``); work: ``step.step_arrays`` for the
-    batch. The same numbers as the same steps taken one call at a time."""
+    before the last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the AdamW update number
+    t0 + k + 1 (``optim.adam_step``; adam: ``optim.AdamArrays``, its step sizes constant over the stretch), and writes
+    its mean log-likelihoods and correct predictions into history[k] (``History``); work: ``step.step_arrays`` for
+    the batch. The same numbers as the same steps taken one call at a time."""
     _, S, B, L = xs.shape
     target = np.empty((S, B), np.int64)
     out = StepOut(np.empty(S, buf.dtype), np.empty(S, np.int64), np.empty_like(buf))
