@@ -47,7 +47,7 @@ class Case:
         buf = table.pack(model)
         self.buf = buf.numpy()
         tokens = TrainStream(c, [0]).next()
-        self.x = np.ascontiguousarray(tokens.numpy())
+        self.x = step.as_tokens(tokens.numpy())
         self.target = np.ascontiguousarray(targets(tokens, c.offset).numpy())
         self.B, self.L = self.x.shape[1:]
         self.setup = table._compiled_setup(self.L, buf.dtype)

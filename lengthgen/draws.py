@@ -108,7 +108,8 @@ def mt_state(generator: torch.Generator) -> np.ndarray | None:
 @njit(cache=True, nogil=True)
 def draw_steps(states, xs, high):
     """xs (k, S, B, L) <- k steps of batches: member s's tokens of each step drawn from its mt19937 state
-    ``states[s]`` (advanced in place), as ``_mt_randint``."""
+    ``states[s]`` (advanced in place), as ``_mt_randint``; xs of any integer type that holds tokens below ``high``
+    (the compiled step's ``engine.step.TOKENS``)."""
     k, S, B, L = xs.shape
     for i in range(k):
         for s in range(S):

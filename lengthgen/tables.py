@@ -65,10 +65,11 @@ def fast_forward(model: Model, tokens: torch.Tensor) -> Output:
 
 
 THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on threads (a hand-off costs ~0.1 ms)
-# The tokens ``TableStep.run`` draws at a time (a block of steps, int64), each block one hand-off to the thread that
-# draws ahead. 4 MB (128 steps at batch 256, L 32) rather than 2 MB: one small-step model (RoPE, default task; Adam,
-# lr 3e-4, batch 256, 6667 steps, no early stop, no weight decay) took 0.495-0.511 s against 0.509-0.526 s, six
-# rounds alternated, as AVX2 on an Intel Xeon (min of five each); 8 and 16 MB were no faster.
+# The tokens ``TableStep.run`` draws at a time (a block of steps, as ``engine.step.TOKENS``), each block one hand-off
+# to the thread that draws ahead: 4 MB, 256 steps at batch 256, L 32. One small-step model (RoPE, default task; Adam,
+# lr 3e-4, batch 256, 6667 steps, no early stop, no weight decay), as AVX2 on an Intel Xeon, min of five each, three
+# rounds alternated: 1 MB 0.474-0.485 s, 4 MB 0.477-0.502 s, 16 MB 0.472-0.494 s (noise; blocks of int64 tokens
+# gave 4 MB 0.495-0.511 s against 2 MB 0.509-0.526 s, six rounds).
 DRAWN_BYTES = 2**22
 
 
@@ -199,8 +200,9 @@ class TableStep(Layout):
 
     @property
     def compiled(self) -> bool:
-        """Whether a step on the CPU runs as one compiled call (``engine.step.table_step``: no MLP)."""
-        return not self.c.mlp
+        """Whether a step on the CPU runs as one compiled call (``engine.step.table_step``: no MLP, and a vocabulary
+        whose tokens fit ``engine.step.TOKENS``)."""
+        return not self.c.mlp and self.V <= engine_step.MAX_VOCAB
 
     def __call__(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -244,7 +246,7 @@ class TableStep(Layout):
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
-        engine_step.table_step(buf.numpy(), np.ascontiguousarray(x.numpy()),
+        engine_step.table_step(buf.numpy(), engine_step.as_tokens(x.numpy()),
                                np.ascontiguousarray(target.numpy()[..., 0]), self._compiled_setup(L, buf.dtype),
                                engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()))
         return loglik, correct, grad
@@ -281,7 +283,7 @@ class TableStep(Layout):
         setup = self._compiled_setup(L, opt.params.dtype)
         offsets = np.ascontiguousarray(offsets, np.int64)
         loglik, correct = np.empty((n, S), p.dtype), np.empty((n, S), np.int64)
-        fixed = None if stream.fixed is None else np.ascontiguousarray(stream.next(members).numpy())[None]
+        fixed = None if stream.fixed is None else engine_step.as_tokens(stream.next(members).numpy())[None]
         states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
         def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> tuple[int, bool]:
@@ -313,7 +315,7 @@ class TableStep(Layout):
         def blocks(rows: slice, which: int = 0) -> tuple[np.ndarray, list[tuple[int, int]]]:
             """Room for one block of batches (k, r, B, L), and the (first step, steps) of each block."""
             r = rows.stop - rows.start
-            size = max(1, min(n, DRAWN_BYTES // (r * B * L * 8)))
+            size = max(1, min(n, DRAWN_BYTES // (r * B * L * np.dtype(engine_step.TOKENS).itemsize)))
             return self._room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
 
         def train_rows(rows: slice) -> int:
@@ -357,13 +359,13 @@ class TableStep(Layout):
         return torch.from_numpy(loglik[:taken]), torch.from_numpy(correct[:taken])
 
     def _room(self, which: tuple, shape: tuple) -> np.ndarray:
-        """An int64 array of ``shape`` kept for the next ``run`` (the same ``which``: one per thread and buffer): a
+        """An array of tokens (``engine.step.TOKENS``) of ``shape`` kept for the next ``run`` (the same ``which``: one per thread and buffer): a
         block of batches is 4 MB (``DRAWN_BYTES``), new pages from the system each time it is allocated, and a slider
         drag in the playground calls ``run`` every ``train.ON_STEP_EVERY`` steps (measured: 1 ms a call, 0.07 s
         of a small-step model's 0.98 s). Smaller rooms are views of a larger one."""
         room = self._rooms.get(which)
         if room is None or room.size < math.prod(shape):
-            room = self._rooms[which] = np.empty(math.prod(shape), np.int64)
+            room = self._rooms[which] = np.empty(math.prod(shape), engine_step.TOKENS)
         return room[:math.prod(shape)].reshape(shape)
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

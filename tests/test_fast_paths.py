@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lengthgen import ENCODINGS, Config, ConfigError, evaluate, train
+from lengthgen.engine import first_compile
 from lengthgen.engine import step as engine_step
 from lengthgen.engine import stretch as engine_stretch
 from lengthgen.model import Model, log_likelihood
@@ -188,6 +189,7 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
             raise RuntimeError(f"{name} called")
         return call
 
+    first_compile.compile_step("float32", "train_steps")  # a process's first step compiles by these names: not broken
     for target_accuracy in (None, 0.99):  # a whole stretch, and single steps under an early stop
         with monkeypatch.context() as m:
             m.setattr(engine_stretch, "train_steps", broken("train_steps"))
@@ -200,6 +202,24 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
     with pytest.raises(RuntimeError, match="TableStep.backward called"):
         train(Config(steps=3, mlp=True), [0], progress=False)
     train(Config(steps=3, layers=2), [0], progress=False)
+
+
+def test_the_compiled_step_takes_tokens_that_fit_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled step reads tokens as ``engine.step.TOKENS`` (``as_tokens``: a contiguous copy, the same values);
+    a vocabulary too large for that type trains by the torch operations instead, to the same numbers up to rounding."""
+    x = torch.randint(0, 16, (2, 3, 5), generator=torch.Generator().manual_seed(0)).transpose(1, 2)
+    tokens = engine_step.as_tokens(x.numpy())
+    assert tokens.dtype == engine_step.TOKENS and tokens.flags.c_contiguous and (tokens == x.numpy()).all()
+    assert engine_step.MAX_VOCAB == np.iinfo(engine_step.TOKENS).max + 1
+    c = Config(steps=20, target_accuracy=None, dtype="float64")
+    compiled = train(c, [0], progress=False)
+    monkeypatch.setattr(engine_step, "MAX_VOCAB", c.vocab - 1)
+    assert not TableStep(c, Model(c, [0]).encoding).compiled
+    monkeypatch.setattr(engine_step, "table_step", lambda *args: pytest.fail("the compiled step took V > MAX_VOCAB"))
+    monkeypatch.setattr(engine_stretch, "train_steps", lambda **kw: pytest.fail("the compiled step took V > MAX_VOCAB"))
+    by_torch = train(c, [0], progress=False)
+    for a, b in zip(compiled.model.parameters(), by_torch.model.parameters()):
+        assert torch.allclose(a, b, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("gradient", ["tables", "autograd"])

@@ -11,6 +11,7 @@ import torch
 
 from lengthgen import Config, draws, tables
 from lengthgen.config import ConfigError
+from lengthgen.engine import step as engine_step
 from lengthgen.engine import stretch
 from lengthgen.model import Model
 from lengthgen.optim import Optimizer
@@ -147,7 +148,8 @@ def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch)
     pages from the system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in
     turn. The step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for
     every call. (Blocks of 32 steps here: each run of 100 steps takes four.)"""
-    monkeypatch.setattr(tables, "DRAWN_BYTES", 32 * SMALL.batch * SMALL.train_length * 8)
+    token = np.dtype(engine_step.TOKENS).itemsize
+    monkeypatch.setattr(tables, "DRAWN_BYTES", 32 * SMALL.batch * SMALL.train_length * token)
     model = Model(SMALL, [0])
     step = TableStep(SMALL, model.encoding, SMALL.train_length)
     opt = Optimizer("adam", step.pack(model), [SMALL.lr])

@@ -63,7 +63,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     buf = table.pack(model)
     setup = table._compiled_setup(c.train_length, buf.dtype)
     p = buf.numpy()
-    x, target = np.zeros((1, 2, c.train_length), np.int64), np.zeros((1, 2), np.int64)
+    x, target = np.zeros((1, 2, c.train_length), step.TOKENS), np.zeros((1, 2), np.int64)
     blocks = step.block_types(dtype)
     w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
     _, adam = Optimizer("adam", buf, [c.lr]).adam_arrays()
@@ -72,7 +72,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     su = t(setup)
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
     history = stretch.History(np.empty((1, 1), p.dtype), np.empty((1, 1), np.int64))
-    xs = np.zeros((1, 1, 2, c.train_length), np.int64)  # (steps, S, B, L)
+    xs = np.zeros((1, 1, 2, c.train_length), step.TOKENS)  # (steps, S, B, L)
     return {**blocks,
             "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
