@@ -24,7 +24,7 @@ import numba
 
 PACKAGE = Path(__file__).resolve().parent
 COMPILED = ("draws.py", "optim.py", "selection.py", "engine/numerics.py", "engine/matmul.py", "engine/step.py",
-            "engine/stretch.py")
+            "engine/stretch.py", "engine/denormals.py")
 PREFIX = "lengthgen-"
 
 

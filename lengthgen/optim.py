@@ -39,6 +39,8 @@ import numpy as np
 import torch
 from numba import njit
 
+from .engine.denormals import flushed
+
 RULES = ("adam", "gd", "ngd", "sign", "signum")
 GEOMETRY = {"gd": "l2", "ngd": "l2", "sign": "linf", "signum": "linf", "adam": "linf"}
 
@@ -138,7 +140,8 @@ class Optimizer:
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
             params, state = self.adam_arrays()
             self.t += 1
-            adam_step(params, grad.detach().numpy(), state, self.t)
+            with flushed():  # subnormals as zero, as in a stretch of compiled steps (engine.denormals)
+                adam_step(params, grad.detach().numpy(), state, self.t)
             return
         with torch.no_grad():
             update = self.direction(grad)

@@ -35,6 +35,7 @@ from . import draws
 from .config import Config, usable_cores
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
 from .engine import first_compile
+from .engine.denormals import flushed
 from .engine import step as engine_step
 from .engine import stretch as engine_stretch
 from .engine.numerics import exp_constants
@@ -246,9 +247,10 @@ class TableStep(Layout):
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
-        engine_step.table_step(buf.numpy(), engine_step.as_tokens(x.numpy()),
-                               np.ascontiguousarray(target.numpy()[..., 0]), self._compiled_setup(L, buf.dtype),
-                               engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()))
+        with flushed():  # subnormals as zero (engine.denormals)
+            engine_step.table_step(buf.numpy(), engine_step.as_tokens(x.numpy()),
+                                   np.ascontiguousarray(target.numpy()[..., 0]), self._compiled_setup(L, buf.dtype),
+                                   engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()))
         return loglik, correct, grad
 
     def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:
@@ -301,9 +303,11 @@ class TableStep(Layout):
             else:  # the window's last counts before this block: those before the call, then this call's
                 prior = np.concatenate((stop.before, correct[:done]))
                 rule = stop._replace(before=np.ascontiguousarray(prior[max(0, len(prior) - stop.window + 1):]))
-            took, ended = engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup,
-                                                     adam=mine, t0=opt.t + done, history=engine_stretch.History(ll, cc),
-                                                     work=self._works[key], stop=rule)
+            with flushed():  # subnormals as zero on this thread (engine.denormals)
+                took, ended = engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup,
+                                                         adam=mine, t0=opt.t + done,
+                                                         history=engine_stretch.History(ll, cc),
+                                                         work=self._works[key], stop=rule)
             loglik[done:done + took, rows], correct[done:done + took, rows] = ll[:took], cc[:took]
             return took, ended
 
