@@ -35,9 +35,9 @@ from . import draws
 from .config import Config, usable_cores
 from .encodings import Encoding, LearnedAbsolute, Sinusoidal
 from .engine import first_compile
-from .engine.denormals import flushed
 from .engine import step as engine_step
 from .engine import stretch as engine_stretch
+from .engine.denormals import flushed
 from .engine.numerics import exp_constants
 from .model import Layout, Model, Output, log_likelihood_gradient
 from .optim import Optimizer
