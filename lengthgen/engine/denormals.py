@@ -3,10 +3,10 @@
 As a model trains, its attention sharpens: the weights of the keys it does not attend to fall towards zero, and their
 products with small gradients fall below the smallest normal float (1.2e-38 in float32, 2.2e-308 in float64). An x86
 core computes each such subnormal result, or reads such an input, by a microcode assist of some hundred cycles. One
-RoPE model on the default task (V 16, d 32, L 32, float32, seed 0; Adam, lr 3e-4, batch 256, no early stop), timed
-per 2000 steps on an Intel Xeon as AVX2: 73-77 us a step up to step 26,000, then 209-241 us, three times as long, to
-step 40,000; with subnormals flushed to zero, 70-77 us throughout. The book's trainings (6,667 steps at most) stay
-before that point.
+RoPE model on the default task (V 16, d 32, L 32, float32, seed 0; Adam, lr 3e-4, batch 256, no early stop, no
+weight decay), timed per 2000 steps on an Intel Xeon as AVX2: 73-77 us a step up to step 26,000, then 209-241 us,
+three times as long, to step 40,000; with subnormals flushed to zero, 70-77 us throughout. The book's trainings
+(6,667 steps at most) stay before that point.
 
 ``flushed`` sets the processor's FTZ (a subnormal result is written as zero) and DAZ (a subnormal input is read as
 zero) on the calling thread, for the engine's compiled calls only (the step, a stretch of steps, Adam's update), and

@@ -170,4 +170,3 @@ def lane_sums(G, first, step, n, d, X, Y, outX, rX, cX, outY, rY, cY):
             _lane_tile(whole, zero, G, first, step, X, Y, n, j0, W, outX, rX, cX + j0, outY, rY, cY + j0)
         else:
             _lane_tile(edge, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX + j0, outY, rY, cY + j0)
-

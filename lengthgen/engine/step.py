@@ -164,7 +164,7 @@ class WorkType(types.StructRef):
 
 
 class Work(structref.StructRefProxy):
-    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 45 arrays) instead of a
+    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 44 arrays) instead of a
     tuple, whose arrays numba passes as over 300 separate arguments to every function and unpacks in each one's
     Python wrapper. Measured on a 2-core AMD EPYC, from an empty cache: a trivial compiled function of (setup,
     StepArrays) took 0.64 s to compile (0.47 s of it LLVM), of (setup, Work) 0.11 s; the first training call of a
