@@ -26,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import functools
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -72,6 +73,28 @@ THREADED_STEPS = 100  # the shortest stretch of steps ``TableStep.run`` puts on 
 # rounds alternated: 1 MB 0.474-0.485 s, 4 MB 0.477-0.502 s, 16 MB 0.472-0.494 s (noise; blocks of int64 tokens
 # gave 4 MB 0.495-0.511 s against 2 MB 0.509-0.526 s, six rounds).
 DRAWN_BYTES = 2**22
+
+
+_ROOMS = threading.local()  # each thread's blocks of drawn batches (``_room``)
+
+
+def _room(which: tuple, shape: tuple) -> np.ndarray:
+    """An array of tokens (``engine.step.TOKENS``) of ``shape``, kept by this thread for the next ``TableStep.run``
+    that asks for the same ``which`` (a run draws into two at a time: one trained on, one drawn ahead into; a group of
+    members on a pool thread into that thread's own), for the life of the thread (two blocks, 8 MB, a thread). A block
+    of batches is 4 MB (``DRAWN_BYTES``), new pages from the system each time it is allocated: a slider drag in the
+    playground calls ``run`` every ``train.ON_STEP_EVERY`` steps (1 ms a call with a new block, 0.07 s of a small-step
+    model's 0.98 s), and ``train`` makes a new ``TableStep`` for each training (with blocks kept per ``TableStep``, a
+    small-step model's first two draws took 14.5-14.8 and 8.5-9.3 ms against 1.7-2.3 ms for the others: the model
+    0.521-0.531 s against 0.502-0.506 s with blocks kept by the thread; Adam, lr 3e-4, batch 256, no early stop, no
+    weight decay; RoPE, default task; an Intel Xeon as AVX2). Smaller rooms are views of a larger one."""
+    rooms = getattr(_ROOMS, "rooms", None)
+    if rooms is None:
+        rooms = _ROOMS.rooms = {}
+    room = rooms.get(which)
+    if room is None or room.size < math.prod(shape):
+        room = rooms[which] = np.empty(math.prod(shape), engine_step.TOKENS)
+    return room[:math.prod(shape)].reshape(shape)
 
 
 @functools.cache
@@ -162,7 +185,6 @@ class TableStep(Layout):
         self._views_length, self._views = 0, {}
         self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
         self._compiled: engine_step.StepSetup | None = None
-        self._rooms: dict[tuple, np.ndarray] = {}  # ``run``'s blocks of drawn batches, by (which, shape)
         self._works: dict[tuple, engine_step.Work] = {}  # ``run``'s working arrays, by (which, B, L, dtype)
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
@@ -320,7 +342,7 @@ class TableStep(Layout):
             """Room for one block of batches (k, r, B, L), and the (first step, steps) of each block."""
             r = rows.stop - rows.start
             size = max(1, min(n, DRAWN_BYTES // (r * B * L * np.dtype(engine_step.TOKENS).itemsize)))
-            return self._room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
+            return _room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
 
         def train_rows(rows: slice) -> int:
             """Draw a block, train on it, and so on; returns the steps taken."""
@@ -361,16 +383,6 @@ class TableStep(Layout):
         for i, state in zip(members, states if states is not None else []):
             stream.gens[i].set_state(torch.from_numpy(state))
         return torch.from_numpy(loglik[:taken]), torch.from_numpy(correct[:taken])
-
-    def _room(self, which: tuple, shape: tuple) -> np.ndarray:
-        """An array of tokens (``engine.step.TOKENS``) of ``shape`` kept for the next ``run`` (the same ``which``: one per thread and buffer): a
-        block of batches is 4 MB (``DRAWN_BYTES``), new pages from the system each time it is allocated, and a slider
-        drag in the playground calls ``run`` every ``train.ON_STEP_EVERY`` steps (measured: 1 ms a call, 0.07 s
-        of a small-step model's 0.98 s). Smaller rooms are views of a larger one."""
-        room = self._rooms.get(which)
-        if room is None or room.size < math.prod(shape):
-            room = self._rooms[which] = np.empty(math.prod(shape), engine_step.TOKENS)
-        return room[:math.prod(shape)].reshape(shape)
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Logits (S, B, V) at the last query of tokens x (S, B, L), and what ``backward`` needs (the

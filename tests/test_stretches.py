@@ -146,8 +146,9 @@ def test_stretches_under_on_step_double_while_quick(monkeypatch: pytest.MonkeyPa
 def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """``TableStep.run`` keeps its block of drawn batches for the next call (a fresh block of ``DRAWN_BYTES`` is new
     pages from the system each time), one per thread: with the batches drawn ahead on a second thread, two blocks in
-    turn. The step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for
-    every call. (Blocks of 32 steps here: each run of 100 steps takes four.)"""
+    turn; and a new ``TableStep`` on the same thread (``train`` makes one per training) draws into the same ones. The
+    step's working arrays are kept too: the same ``Work`` (kept alive by the step, so its id is its own) for every
+    call. (Blocks of 32 steps here: each run of 100 steps takes four.)"""
     token = np.dtype(engine_step.TOKENS).itemsize
     monkeypatch.setattr(tables, "DRAWN_BYTES", 32 * SMALL.batch * SMALL.train_length * token)
     model = Model(SMALL, [0])
@@ -167,6 +168,9 @@ def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch)
     one, two = where[:len(where) // 2], where[len(where) // 2:]
     assert len(set(one)) == 1 and len(set(two)) == 2 and set(one) < set(two)
     assert len(works) == 16 and len(set(works)) == 1
+    where.clear()
+    TableStep(SMALL, model.encoding, SMALL.train_length).run(opt, stream, np.arange(1), np.array([SMALL.offset]), 100)
+    assert len(where) == 4 and set(where) == set(one)
 
 
 def test_checkpoints_cut_stretches_without_changing_them() -> None:
