@@ -9,6 +9,13 @@ Each number is the minimum over ``--repeats`` blocks of ``--calls`` calls, wall 
 the benchmark's own loop, no Python between the calls. ``--as-avx2`` runs it as a machine with AVX2 and no AVX-512
 would (``run.as_avx2_env``).
 
+Last, the same blocks inside training (``training_us``): ``--steps`` steps of the small-step recipe's loop
+(``engine.stretch.train_steps``: the targets, the nine blocks, Adam's update) from seed 0's initial parameters on
+seed 0's batches, as ``train`` takes them, with the processor's time-stamp counter read around each part; the mean
+per step of each part. A block called 2000 times in a row finds its arrays in the caches nearest the core, where it
+left them; inside a step it follows the other blocks, whose working arrays (``step.StepArrays``: 344 KB at the default
+task in float32) pass through a first-level cache of some 32-48 KB. Its time there is the one a model pays.
+
 MKL is measured, not used: on an Intel Xeon its AVX2 kernels beat OpenBLAS's Haswell ones 1.5-2.5x at these shapes,
 but made to take its path for processors it does not know as Intel's, it was 1.5-4x slower than OpenBLAS
 (benchmarks/README.md); on an AMD Zen, MKL picks kernels of its own that this machine could not run. This table is
@@ -25,11 +32,15 @@ from typing import Callable
 
 import numpy as np
 import torch
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
-from lengthgen import Config
+from lengthgen import Config, draws
 from lengthgen.engine import matmul, step
+from lengthgen.engine.denormals import flushed
 from lengthgen.model import Model
+from lengthgen.optim import Optimizer, adam_step
 from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
 from lengthgen.task import TrainStream, targets
@@ -200,16 +211,85 @@ def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
     return out
 
 
+@intrinsic
+def _ticks(typingctx):
+    """The processor's time-stamp counter (``llvm.readcyclecounter``: rdtsc on x86-64, a constant rate there; 0 on
+    targets without one)."""
+
+    def codegen(context, builder, signature, args):
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(ir.IntType(64), []))
+        return builder.call(fn, [])
+
+    return types.int64(), codegen
+
+
+@njit(error_model="numpy")
+def _train_ticked(n, buf, xs, offset, setup, adam, work, out, ticks):
+    """``n`` steps of ``engine.stretch.train_steps``' loop for one member (S = 1) on the batches xs (n, 1, B, L), the
+    counter read around each part: ticks (12,) += the targets', each block's (``step.BLOCKS``, through
+    ``step.run_block`` as ``step_in`` calls them) and Adam's update's, and ticks[11] += the whole loop's."""
+    _, S, B, L = xs.shape
+    target = np.empty((S, B), np.int64)
+    first = _ticks()
+    for k in range(n):
+        t = _ticks()
+        x = xs[k]
+        for i in range(B):
+            target[0, i] = x[0, i, L - 1 - offset]
+        ticks[0] += _ticks() - t
+        for which in range(len(step.BLOCKS)):
+            t = _ticks()
+            step.run_block(which, 0, buf, x, target, setup, out, work)
+            ticks[1 + which] += _ticks() - t
+        t = _ticks()
+        adam_step(buf, out.grad, adam, k + 1)
+        ticks[1 + len(step.BLOCKS)] += _ticks() - t
+    ticks[2 + len(step.BLOCKS)] += _ticks() - first
+
+
+def training_us(c: Config, steps: int) -> tuple[dict[str, float] | None, np.ndarray]:
+    """Mean wall microseconds per step of each part of the first ``steps`` training steps of ``c`` (one member, seed
+    0): the targets, the nine blocks, Adam's update (``_train_ticked``), what lies between them (the loop, the
+    counter's own reads), and the whole step, the counter's ticks taken to microseconds by the whole loop's ticks and
+    wall time (None where the counter reads 0); and the parameters (1, P) after
+    those steps, ``train``'s (tests check them). The batches are seed 0's stream's, all drawn before the timed run
+    (16 KB a step at the default task: 107 MB for 6667 steps)."""
+    model = Model(c, [0])
+    table = TableStep(c, model.encoding, c.train_length)
+    opt = Optimizer(c.optimizer, table.pack(model), [c.lr])
+    buf, adam = opt.adam_arrays()
+    B, L = c.batch, c.train_length
+    xs = np.empty((steps, 1, B, L), step.TOKENS)
+    draws.draw_steps(draws.mt_state(TrainStream(c, [0]).gens[0])[None], xs, c.vocab)
+    setup = table._compiled_setup(L, opt.params.dtype)
+    work = step.step_arrays(buf, setup, B, L)
+    out = step.StepOut(np.zeros(1, buf.dtype), np.zeros(1, np.int64), np.zeros_like(buf))
+    ticks = np.zeros(len(step.BLOCKS) + 3, np.int64)
+    _train_ticked(1, buf.copy(), xs, c.offset, setup, adam._replace(m=adam.m.copy(), v=adam.v.copy()), work, out,
+                  ticks.copy())  # compiled, and the working arrays touched once
+    with flushed():  # subnormals as zero, as training runs (engine.denormals)
+        start = time.perf_counter()
+        _train_ticked(steps, buf, xs, c.offset, setup, adam, work, out, ticks)
+        wall = time.perf_counter() - start
+    if ticks[-1] == 0:
+        return None, buf
+    us = ticks[:-1] / ticks[-1] * wall / steps * 1e6  # ticks to microseconds: the whole loop's ticks took ``wall``
+    names = ("targets", *step.BLOCKS, "Adam's update")
+    parts = dict(zip(names, us.tolist()))
+    return {**parts, "between the parts": wall / steps * 1e6 - sum(parts.values()), "whole step": wall / steps * 1e6}, buf
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     p.add_argument("--calls", type=int, default=2000, help="calls per timed block")
     p.add_argument("--repeats", type=int, default=7, help="timed blocks (the minimum is reported)")
+    p.add_argument("--steps", type=int, default=6667, help="training steps timed inside training (the recipe's)")
     p.add_argument("--as-avx2", action="store_true",
                    help="run as an AVX2 machine without AVX-512 would (benchmarks.run.as_avx2_env)")
     a = p.parse_args()
-    if a.calls < 1 or a.repeats < 1:
-        raise SystemExit(f"--calls {a.calls} --repeats {a.repeats}: use at least 1 of each")
+    if a.calls < 1 or a.repeats < 1 or a.steps < 1:
+        raise SystemExit(f"--calls {a.calls} --repeats {a.repeats} --steps {a.steps}: use at least 1 of each")
     if a.as_avx2:
         restart_as_avx2("benchmarks.profile_blocks")
     c = SMALL_STEPS.apply(Config()).replace(dtype=a.dtype)
@@ -229,6 +309,14 @@ def main() -> None:
         tiles = "     -" if r["tiles_us"] is None else f"{r['tiles_us']:6.2f}"
         mkl = "no MKL" if r["mkl_us"] is None else f"{r['mkl_us']:6.2f} ({bits} bits)"
         print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f} {tiles}   {mkl}")
+    inside = training_us(c, a.steps)[0]
+    if inside is None:
+        print("inside training: not timed (no time-stamp counter on this processor)")
+        return
+    print(f"inside training: its first {a.steps} steps from seed 0, a fresh batch each step; mean wall microseconds "
+          f"per step of each part (time-stamp counter; its rate from the whole loop's ticks and wall time)")
+    for name, us in inside.items():
+        print(f"  {name:<26} {us:8.2f}")
 
 
 if __name__ == "__main__":

@@ -97,3 +97,25 @@ def test_profile_blocks_times_the_step_it_profiles() -> None:
             by_mkl = profile_blocks.mkl_product(mkl, a, b)(1)
             np.testing.assert_allclose(by_mkl, out, rtol=1e-5, atol=1e-5, err_msg=name)
             assert rows[name]["mkl_us"] > 0 and rows[name]["mkl_same_bits"] in (True, False)
+
+
+def test_profile_inside_training_trains_as_train_does() -> None:
+    """benchmarks/profile_blocks.py's timed training loop takes ``train``'s steps: after 120 steps of the small-step
+    recipe (Adam, lr 3e-4, batch 256, no early stop, no weight decay; seed 0) its parameters are ``train``'s to the
+    bit, so that its table times a model's own steps; each part takes time, and the parts take most of the step."""
+    import numpy as np
+
+    from benchmarks import profile_blocks
+    from lengthgen import train
+    from lengthgen.engine import step
+    from lengthgen.tables import TableStep
+
+    c = SMALL_STEPS.apply(Config()).replace(steps=120)
+    times, params = profile_blocks.training_us(c, 120)
+    trained = train(c, [0], progress=False)
+    expected = TableStep(c, trained.model.encoding, c.train_length).pack(trained.model).numpy()
+    assert params.shape == expected.shape and np.array_equal(params, expected)
+    assert times is not None
+    assert list(times) == ["targets", *step.BLOCKS, "Adam's update", "between the parts", "whole step"]
+    parts = [times[name] for name in ("targets", *step.BLOCKS, "Adam's update")]
+    assert min(parts) > 0 and 0 <= times["between the parts"] < 0.2 * times["whole step"]
