@@ -1,5 +1,5 @@
 """Where a compiled step's time goes, block by block: ``python -m benchmarks.profile_blocks [--as-avx2]
-[--dtype float64]``.
+[--dtype float64] [--steps N]``.
 
 Times each of the nine blocks of ``engine.step.step_in`` (``step.BLOCKS``), called through ``step.call`` in a
 compiled loop as a step calls them, and the whole step; then each matrix product a step of the default model makes
