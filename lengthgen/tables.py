@@ -296,14 +296,17 @@ class TableStep(Layout):
         generators and ``opt`` advanced as they leave them. Returns the mean log-likelihoods (k, S) and correct
         predictions (k, S) int64 of the k steps taken.
 
-        With ``threads`` > 1, at least ``THREADED_STEPS`` steps and no ``stop``, the work goes on threads (the
-        compiled loops hold no GIL; one hand-off per call or block, never per step), in one of two ways. Members
-        never interact: several members are cut into groups of consecutive rows, each trained through all n steps
-        on its own thread. One member's batches are drawn ahead on a second thread, a block of steps at a time
-        (``draws.draw_steps``), while it trains on the block before. Either way each member's numbers are the
-        ones it gets alone, on one thread. With ``stop`` all members train on this thread (a stretch that ends
-        early ends for all of them), and a block of batches drawn past the stretch's end is drawn again up to it,
-        so that the generators stand where the steps taken leave them."""
+        With ``threads`` > 1 and at least ``THREADED_STEPS`` steps the work goes on threads (the compiled loops
+        hold no GIL; one hand-off per call, block or stretch between checks, never per step), in one of two ways.
+        Members never interact: several members are cut into groups of consecutive rows, each trained on its own
+        thread, through all n steps, or under ``stop`` (a stretch that ends early ends for all of them) up to the
+        next step where some member may stop: no member can before it (``engine.stretch.steps_before_stop``), that
+        step is checked here (``may_stop``), and the groups go on to the next such step or the stretch ends there.
+        One member's batches are drawn ahead on a second thread, a block of steps at a time
+        (``draws.draw_steps``), while it trains on the block before (without ``stop``). Either way each member's
+        numbers are the ones it gets alone, on one thread. One member under ``stop`` trains on this thread, and a
+        block of batches drawn past the stretch's end is drawn again up to it, so that the generators stand where
+        the steps taken leave them."""
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
         first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."), "train_steps")
@@ -314,9 +317,10 @@ class TableStep(Layout):
         fixed = None if stream.fixed is None else engine_step.as_tokens(stream.next(members).numpy())[None]
         states = np.stack([draws.mt_state(stream.gens[i]) for i in members]) if fixed is None else None
 
-        def steps(rows: slice, xs: np.ndarray, done: int, k: int) -> tuple[int, bool]:
+        def steps(rows: slice, xs: np.ndarray, done: int, k: int, early: bool) -> tuple[int, bool]:
             """Steps done + 1 .. done + k of the members at rows, on the batches xs (k of them, or 1 fixed), or
-            fewer where ``stop`` ends them: returns how many were taken, and whether ``stop`` ended them."""
+            fewer where ``stop`` ends them (when ``early``; all members then, rows = all): returns how many were
+            taken, and whether ``stop`` ended them."""
             r = rows.stop - rows.start
             key = (rows.start, B, L, p.dtype)  # the step's working arrays: one set per thread, kept for the next call
             if key not in self._works:
@@ -324,11 +328,7 @@ class TableStep(Layout):
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
             mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
                                  decay=adam.decay[rows] if len(adam.decay) else adam.decay)
-            if stop is None:
-                rule = engine_stretch.never_stop(r)
-            else:  # the window's last counts before this block: those before the call, then this call's
-                prior = np.concatenate((stop.before, correct[:done]))
-                rule = stop._replace(before=np.ascontiguousarray(prior[max(0, len(prior) - stop.window + 1):]))
+            rule = window(done) if early else engine_stretch.never_stop(r)
             with flushed():  # subnormals as zero on this thread (engine.denormals)
                 took, ended = engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup,
                                                          adam=mine, t0=opt.t + done,
@@ -337,52 +337,72 @@ class TableStep(Layout):
             loglik[done:done + took, rows], correct[done:done + took, rows] = ll[:took], cc[:took]
             return took, ended
 
+        def window(done: int) -> engine_stretch.EarlyStop:
+            """``stop`` after this call's first ``done`` steps: its window's last counts, those before the call and
+            then this call's."""
+            prior = np.concatenate((stop.before, correct[:done]))
+            return stop._replace(before=np.ascontiguousarray(prior[max(0, len(prior) - stop.window + 1):]))
+
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
             """The next len(into) batches of the members at rows, from their generators' states, into ``into``."""
             draws.draw_steps(states[rows], into, self.V)
             return into
 
-        def blocks(rows: slice, which: int = 0) -> tuple[np.ndarray, list[tuple[int, int]]]:
-            """Room for one block of batches (k, r, B, L), and the (first step, steps) of each block."""
+        def blocks(rows: slice, k: int, which: int = 0) -> tuple[np.ndarray, list[tuple[int, int]]]:
+            """Room for one block of batches (size, r, B, L), and the (first step, steps) of each block of k steps."""
             r = rows.stop - rows.start
-            size = max(1, min(n, DRAWN_BYTES // (r * B * L * np.dtype(engine_step.TOKENS).itemsize)))
-            return _room((rows.start, which), (size, r, B, L)), [(a, min(size, n - a)) for a in range(0, n, size)]
+            size = max(1, min(k, DRAWN_BYTES // (r * B * L * np.dtype(engine_step.TOKENS).itemsize)))
+            return _room((rows.start, which), (size, r, B, L)), [(a, min(size, k - a)) for a in range(0, k, size)]
 
-        def train_rows(rows: slice) -> int:
-            """Draw a block, train on it, and so on; returns the steps taken."""
+        def train_rows(rows: slice, done: int, k: int, early: bool) -> int:
+            """Steps done + 1 .. done + k of the members at rows: draw a block, train on it, and so on; fewer where
+            ``stop`` ends them (when ``early``). Returns the steps taken."""
             if fixed is not None:
-                return steps(rows, fixed[:, rows], 0, n)[0]
-            room, todo = blocks(rows)
-            for done, k in todo:
-                start = None if stop is None else states[rows].copy()  # to rewind to, should ``stop`` end the block
-                took, ended = steps(rows, draw(rows, room[:k]), done, k)
+                return steps(rows, fixed[:, rows], done, k, early)[0]
+            room, todo = blocks(rows, k)
+            for first, m in todo:
+                start = states[rows].copy() if early else None  # to rewind to, should ``stop`` end the block
+                took, ended = steps(rows, draw(rows, room[:m]), done + first, m, early)
                 if ended:  # by ``stop``: the generators as the steps taken leave them
-                    if took < k:
+                    if took < m:
                         states[rows] = start
                         draw(rows, room[:took])
-                    return done + took
-            return n
+                    return first + took
+            return k
 
-        lanes = min(threads, S) if n >= THREADED_STEPS and stop is None else 1
-        taken = n
-        if lanes > 1:  # groups of members, each on its thread
+        def on_lanes(done: int, k: int) -> None:
+            """Steps done + 1 .. done + k, the members cut into ``lanes`` groups of consecutive rows, each on its
+            thread (no ``stop`` checked)."""
             cuts = np.linspace(0, S, lanes + 1).round().astype(int)
-            others = [_pool().submit(train_rows, slice(a, b)) for a, b in zip(cuts[:-2], cuts[1:-1])]
-            train_rows(slice(cuts[-2], cuts[-1]))  # the last group on this thread: one hand-off fewer
-            for done in others:
-                done.result()
+            others = [_pool().submit(train_rows, slice(a, b), done, k, False) for a, b in zip(cuts[:-2], cuts[1:-1])]
+            train_rows(slice(cuts[-2], cuts[-1]), done, k, False)  # the last group on this thread: one hand-off fewer
+            for other in others:
+                other.result()
+
+        lanes = min(threads, S) if n >= THREADED_STEPS else 1
+        taken = n
+        if lanes > 1 and stop is None:  # groups of members, each through all n steps on its thread
+            on_lanes(0, n)
+        elif lanes > 1:  # the same, from one step where ``stop`` may end the stretch to the next
+            taken = 0
+            while taken < n:
+                k = min(n - taken, engine_stretch.steps_before_stop(window(taken), B))
+                on_lanes(taken, k)
+                taken += k
+                if engine_stretch.may_stop(correct, taken - 1, stop):
+                    break
         elif fixed is None and threads > 1 and n >= THREADED_STEPS and stop is None:  # the next block drawn ahead
             every = slice(0, S)
-            room, todo = blocks(every)
-            rooms = (room, blocks(every, 1)[0])  # one is drawn into while the other is trained on
+            room, todo = blocks(every, n)
+            rooms = (room, blocks(every, n, 1)[0])  # one is drawn into while the other is trained on
             ahead = _pool().submit(draw, every, rooms[0][:todo[0][1]])
             for i, (done, k) in enumerate(todo):
                 xs = ahead.result()
                 if i + 1 < len(todo):
                     ahead = _pool().submit(draw, every, rooms[(i + 1) % 2][:todo[i + 1][1]])
-                steps(every, xs, done, k)
+                steps(every, xs, done, k, False)
         else:
-            taken = train_rows(slice(0, S))
+            taken = train_rows(slice(0, S), 0, n, stop is not None)
         opt.t += taken
         for i, state in zip(members, states if states is not None else []):
             stream.gens[i].set_state(torch.from_numpy(state))

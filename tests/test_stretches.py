@@ -100,6 +100,49 @@ def test_threads_do_not_change_the_numbers(monkeypatch: pytest.MonkeyPatch) -> N
     assert same_history(runs["3"], alone, 2, 0)
 
 
+@pytest.mark.parametrize("margin", [train_module.STOP_MARGIN, 0.3])
+def test_threads_under_an_early_stop_do_not_change_the_numbers(monkeypatch: pytest.MonkeyPatch, margin: float) -> None:
+    """Under an early stop the members go on threads up to each step where a member may stop (``steps_before_stop``;
+    the loop checks only those): five members of the first-fit recipe (Adam, lr 0.01, batch 256, <= 300 steps, no
+    weight decay; targets 0.9, 0.995, 0.995, none, 0.995), split over 1, 2 or 3 threads, stop at the same steps with
+    the same histories and parameters. With a margin of 0.3 the stretches end far below the targets again and again."""
+    monkeypatch.setattr(train_module, "STOP_MARGIN", margin)
+    c = Config(steps=300)
+    targets = [0.9, 0.995, 0.995, None, 0.995]
+    runs = [(c.replace(target_accuracy=t), s) for s, t in enumerate(targets)]
+    checked = []
+    counted = stretch.steps_before_stop
+    monkeypatch.setattr(stretch, "steps_before_stop", lambda *a: checked.append(counted(*a)) or checked[-1])
+    by_threads = {}
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv(THREADS_ENV, threads)
+        checked.clear()
+        by_threads[threads] = train_runs(runs, progress=False)
+        assert (len(checked) > 0) == (threads != "1")  # on threads, from one step that may stop to the next
+    for t in ("2", "3"):
+        for a, b in zip(by_threads["1"], by_threads[t]):
+            assert same_run(a, b)
+    first, most, none = by_threads["1"]  # one result per config: targets 0.9, 0.995 (seeds 1, 2, 4), none
+    assert list(most.seeds) == [1, 2, 4] and 0 < first.steps[0] < 300 and none.steps[0] == 300
+    assert all(0 < s < 300 for s in most.steps)
+
+
+def test_steps_before_stop_is_the_first_step_that_may_stop() -> None:
+    """``steps_before_stop`` is the first step of a stretch at which ``may_stop`` is true when every step after the
+    window before it is a whole batch correct (the most any step can add), over random windows and hits; 2^62 where
+    even that never stops."""
+    rng = np.random.default_rng(0)
+    W, B = train_module.STOP_WINDOW, 16
+    for _ in range(400):
+        S, m = int(rng.integers(1, 4)), int(rng.integers(0, W + 1))
+        before = rng.integers(0, B + 1, size=(m, S)).astype(np.int64)
+        hits = rng.integers(0, W * B + 2, size=S).astype(np.int64)
+        stop = stretch.EarlyStop(hits, before, W)
+        whole = np.full((2 * W, S), B, np.int64)
+        first = next((k + 1 for k in range(2 * W) if stretch.may_stop(whole, k, stop)), 2**62)
+        assert stretch.steps_before_stop(stop, B) == first, (before, hits)
+
+
 def test_run_threads_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(THREADS_ENV, "3")
     assert run_threads() == 3

@@ -32,6 +32,20 @@ def never_stop(S: int) -> EarlyStop:
     return EarlyStop(np.full(S, np.iinfo(np.int64).max, np.int64), np.zeros((0, S), np.int64), 1)
 
 
+def steps_before_stop(stop: EarlyStop, batch: int) -> int:
+    """The fewest steps after which a stretch that starts after ``stop.before`` may end (``may_stop``), whatever their
+    correct counts (each at most ``batch``): the least k >= 1 with a whole window by step k and some member s for which
+    the last window - k counts before plus k whole batches reach ``stop.hits[s]``; 2^62 where no member can reach its
+    hits at all. So the k - 1 steps before that one need no check: they can run in groups of members on threads, and
+    only the k-th is checked (``tables.TableStep.run``)."""
+    m, W = stop.before.shape[0], stop.window
+    for k in range(max(1, W - m), W + 1):
+        kept = stop.before[m - (W - k):].sum(axis=0) if k < W else 0  # the window's counts from before the stretch
+        if (kept + k * batch >= stop.hits).any():
+            return k
+    return 2**62
+
+
 @njit(cache=True, inline="always")
 def may_stop(correct, k, stop):
     """Whether the stretch ends after its step k: some member's correct counts over the last ``stop.window`` steps
