@@ -259,7 +259,7 @@ def training_us(c: Config, steps: int) -> tuple[dict[str, float] | None, np.ndar
     opt = Optimizer(c.optimizer, table.pack(model), [c.lr])
     buf, adam = opt.adam_arrays()
     B, L = c.batch, c.train_length
-    xs = np.empty((steps, 1, B, L), step.TOKENS)
+    xs = step.aligned_empty((steps, 1, B, L), step.TOKENS)  # aligned as training's (tables._room)
     draws.draw_steps(draws.mt_state(TrainStream(c, [0]).gens[0])[None], xs, c.vocab)
     setup = table._compiled_setup(L, opt.params.dtype)
     work = step.step_arrays(buf, setup, B, L)
@@ -276,7 +276,8 @@ def training_us(c: Config, steps: int) -> tuple[dict[str, float] | None, np.ndar
     us = ticks[:-1] / ticks[-1] * wall / steps * 1e6  # ticks to microseconds: the whole loop's ticks took ``wall``
     names = ("targets", *step.BLOCKS, "Adam's update")
     parts = dict(zip(names, us.tolist()))
-    return {**parts, "between the parts": wall / steps * 1e6 - sum(parts.values()), "whole step": wall / steps * 1e6}, buf
+    step_us = wall / steps * 1e6
+    return {**parts, "between the parts": step_us - sum(parts.values()), "whole step": step_us}, buf
 
 
 def main() -> None:

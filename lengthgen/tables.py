@@ -97,7 +97,7 @@ def _room(which: tuple, shape: tuple) -> np.ndarray:
     size = math.prod(shape)
     room = rooms.get(which)
     if room is None or room.size < size:
-        room = rooms[which] = np.empty(size, engine_step.TOKENS)
+        room = rooms[which] = engine_step.aligned_empty(size, engine_step.TOKENS)
     return room[:size].reshape(shape)
 
 

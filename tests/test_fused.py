@@ -156,3 +156,25 @@ def test_token_draws_are_torch_randint(high: int) -> None:
     assert torch.equal(ours.get_state(), theirs.get_state())
     strided = torch.empty(8, 6, dtype=torch.long)[:, ::2]
     assert torch.equal(draws.randint_(strided, high, ours), torch.randint(high, (8, 3), generator=theirs))
+
+
+def test_working_arrays_and_drawn_blocks_start_on_a_cache_line() -> None:
+    """``engine.step.aligned_empty`` gives the asked shape and dtype from a 64-byte boundary, and the step's working
+    arrays and the blocks of drawn batches (``tables._room``) are made by it (numpy's own may start 16, 32 or 48
+    bytes into a line)."""
+    from lengthgen import tables
+    from lengthgen.engine import step as engine_step
+
+    for shape, dtype in [(1, np.float32), ((3, 5), np.float64), ((7, 1, 9, 13), np.uint16), ((256, 32), np.int32)]:
+        a = engine_step.aligned_empty(shape, dtype)
+        assert a.ctypes.data % 64 == 0 and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        assert a.shape == (shape if isinstance(shape, tuple) else (shape,))
+    c = SMALL_STEPS.apply(Config())
+    model = Model(c, [0])
+    table = TableStep(c, model.encoding, c.train_length)
+    buf = table.pack(model).numpy()
+    work = engine_step._arrays(buf.dtype, table._compiled_setup(c.train_length, torch.float32), c.batch,
+                               c.train_length)
+    made_here = [name for name in work._fields if name not in ("blocks", "cst", "lc", "ones", "bits")]
+    assert all(getattr(work, name).ctypes.data % 64 == 0 for name in made_here)
+    assert tables._room(("aligned test", 0), (3, 1, c.batch, c.train_length)).ctypes.data % 64 == 0

@@ -191,8 +191,23 @@ def step_arrays(like: np.ndarray, setup: StepSetup, B: int, L: int) -> Work:
     return _work(*_arrays(like.dtype, setup, B, L)._replace(blocks=block_addresses(str(like.dtype))))
 
 
+def aligned_empty(shape: int | tuple, dtype: np.dtype, align: int = 64) -> np.ndarray:
+    """np.empty(shape, dtype) starting on an ``align``-byte boundary, a cache line: the step's working arrays and the
+    blocks of drawn batches (``tables._room``). numpy's own (glibc's malloc) start 0, 16, 32 or 48 bytes into a line;
+    off it, every 64-byte load spans two lines, and at 16 or 48 bytes in every other 32-byte load (a batch's row of 32
+    tokens is 64 bytes). Measured on an Intel Xeon (RoPE, default task; Adam, lr 3e-4, batch 256, 6667 steps, no early
+    stop, no weight decay; one model, min of seven, three rounds alternated): natively (AVX-512) 0.377-0.393 ->
+    0.368-0.382 s (a step inside training, the working arrays aligned: 62.9-64.8 -> 59.3-62.6 us); as AVX2 no change
+    (0.459-0.467 against 0.463-0.466 s). The same bits either way."""
+    n = math.prod(shape if isinstance(shape, tuple) else (shape,)) * np.dtype(dtype).itemsize
+    raw = np.empty(n + align, np.uint8)
+    at = -raw.ctypes.data % align
+    return raw[at:at + n].view(dtype).reshape(shape)
+
+
 def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
     """``step_arrays``' arrays, ``blocks`` zero."""
+    empty = aligned_empty  # each array from the start of a cache line
     kind, V, d = setup.kind, setup.V, setup.d
     Y = 3 * d + V
     nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions (learned or fixed rows)
@@ -205,19 +220,19 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
     cst = np.array([1.0, 1.0 / math.sqrt(d), low]).astype(dt)
     return StepArrays(
         blocks=np.zeros(len(BLOCKS), np.int64), cst=cst, lc=log_constants(setup.ec),
-        ones=np.ones((1, max(L, V)), dt), ratio=np.empty(B, dt), w=np.empty(B, dt),
+        ones=np.ones((1, max(L, V)), dt), ratio=empty(B, dt), w=empty(B, dt),
         bits=int_scratch(cst, B),
-        X=np.empty((nX, d), dt), A=np.empty((nX, Y), dt), K=np.empty((nX, d), dt), QT=np.empty((d, V), dt),
-        Av=np.empty((nX, d), dt), U=np.empty((d, V), dt), WoU=np.empty((d, V), dt), Yv=np.empty((nX, V), dt),
-        T=np.empty(nT, dt), CD=np.empty((d, nC), dt), Qr=np.empty((nQ, d), dt), TP=np.empty((nX, V), dt),
-        top=np.empty(V, dt), query=np.empty(B, np.int64),
-        at_ij=np.empty((B, L), np.int32), lg=np.empty((B, L), dt), mass=np.empty((V, B), dt), Z=np.empty((V, V), dt),
-        yt=np.empty((V, B), dt), E=np.empty((V, B), dt), rowtop=np.empty(B, dt), pick=np.empty(B, np.int64),
-        sums=np.empty(B, dt), rest=np.empty(B, dt),
-        gYv=np.empty((nX, V), dt), gR=np.empty((V, V), dt), gM=np.empty((V, B), dt), gP=np.empty((B, L), dt),
-        gT=np.empty(nT, dt), gCD=np.empty((nC, d), dt), gQr=np.empty((nQ, d), dt),
-        gQ=np.empty((V, d), dt), swap=np.empty((3, V, d), dt),
-        gA=np.empty((nX, Y), dt), gX=np.empty((nX, d), dt), gWoU=np.empty((d, V), dt), gU=np.empty((d, V), dt))
+        X=empty((nX, d), dt), A=empty((nX, Y), dt), K=empty((nX, d), dt), QT=empty((d, V), dt),
+        Av=empty((nX, d), dt), U=empty((d, V), dt), WoU=empty((d, V), dt), Yv=empty((nX, V), dt),
+        T=empty(nT, dt), CD=empty((d, nC), dt), Qr=empty((nQ, d), dt), TP=empty((nX, V), dt),
+        top=empty(V, dt), query=empty(B, np.int64),
+        at_ij=empty((B, L), np.int32), lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
+        yt=empty((V, B), dt), E=empty((V, B), dt), rowtop=empty(B, dt), pick=empty(B, np.int64),
+        sums=empty(B, dt), rest=empty(B, dt),
+        gYv=empty((nX, V), dt), gR=empty((V, V), dt), gM=empty((V, B), dt), gP=empty((B, L), dt),
+        gT=empty(nT, dt), gCD=empty((nC, d), dt), gQr=empty((nQ, d), dt),
+        gQ=empty((V, d), dt), swap=empty((3, V, d), dt),
+        gA=empty((nX, Y), dt), gX=empty((nX, d), dt), gWoU=empty((d, V), dt), gU=empty((d, V), dt))
 
 
 def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut) -> None:
