@@ -251,8 +251,8 @@ def training_us(c: Config, steps: int) -> tuple[dict[str, float] | None, np.ndar
     """Mean wall microseconds per step of each part of the first ``steps`` training steps of ``c`` (one member, seed
     0): the targets, the nine blocks, Adam's update (``_train_ticked``), what lies between them (the loop, the
     counter's own reads), and the whole step, the counter's ticks taken to microseconds by the whole loop's ticks and
-    wall time (None where the counter reads 0); and the parameters (1, P) after
-    those steps, ``train``'s (tests check them). The batches are seed 0's stream's, all drawn before the timed run
+    wall time (None where the counter reads 0); and the parameters (1, P) after those steps, ``train``'s (tests check
+    them). The batches are seed 0's stream's, all drawn before the timed run
     (16 KB a step at the default task: 107 MB for 6667 steps)."""
     model = Model(c, [0])
     table = TableStep(c, model.encoding, c.train_length)

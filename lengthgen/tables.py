@@ -340,7 +340,7 @@ class TableStep(Layout):
         def window(done: int) -> engine_stretch.EarlyStop:
             """``stop`` after this call's first ``done`` steps: its window's last counts, those before the call and
             then this call's."""
-            prior = np.concatenate((stop.before, correct[:done]))
+            prior = np.concatenate((stop.before, correct[max(0, done - stop.window + 1):done]))  # the last ones only
             return stop._replace(before=np.ascontiguousarray(prior[max(0, len(prior) - stop.window + 1):]))
 
         def draw(rows: slice, into: np.ndarray) -> np.ndarray:
