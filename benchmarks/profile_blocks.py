@@ -180,15 +180,19 @@ def mkl_product(loop: Callable, a: np.ndarray, b: np.ndarray) -> Callable[[int],
 
 
 @njit
-def _tiles_loop(n, a, b, out):
-    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here."""
+def _tiles_loop(n, a, b, out, scratch):
+    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here: as ``matmul`` takes
+    them where b's rows are contiguous, else as ``matmul_t`` does (b^T's rows contiguous: b copied into ``scratch``)."""
     for _ in range(n):
-        matmul._tiles(a, b, out)
+        if b.strides[1] == b.itemsize:
+            matmul._tiles(a, b, out)
+        else:
+            matmul._transposed_tiles(a, b.T, out, scratch)
 
 
 def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
     """Per product of ``products``: its shape (m x q x k), microseconds through numpy's BLAS at the step's layout;
-    by ``engine.matmul``'s tiles where B's rows are contiguous (None elsewhere: the step calls numpy's BLAS there);
+    by ``engine.matmul``'s tiles (``matmul`` where B's rows are contiguous, ``matmul_t`` where B^T's are);
     through MKL with row-major operands (None without MKL), and whether MKL gave the bits numpy's BLAS gives for those
     row-major operands."""
     gemm = mkl_gemm(case.buf.dtype)
@@ -198,10 +202,9 @@ def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
         (m, q), k = a.shape, b.shape[1]
         blas = np.empty((m, k), a.dtype)
         row = {"shape": f"{m} x {q} x {k}", "blas_us": best_us(lambda n: _dot(n, a, b, blas), calls, repeats),
-               "tiles_us": None, "mkl_us": None, "mkl_same_bits": None}
-        if b.strides[1] == b.itemsize:  # B's rows contiguous: the step calls engine.matmul (tiles where OWN)
-            tiles = np.empty((m, k), a.dtype)
-            row["tiles_us"] = best_us(lambda n: _tiles_loop(n, a, b, tiles), calls, repeats)
+               "mkl_us": None, "mkl_same_bits": None}
+        tiles, scratch = np.empty((m, k), a.dtype), np.empty(q * k, a.dtype)
+        row["tiles_us"] = best_us(lambda n: _tiles_loop(n, a, b, tiles, scratch), calls, repeats)
         if loop is not None:
             mkl = mkl_product(loop, a, b)
             row["mkl_us"] = best_us(mkl, calls, repeats)
@@ -302,14 +305,13 @@ def main() -> None:
     for name, us in times.items():
         print(f"  {name:<26} {us:8.2f}")
     print(f"  {'sum of the blocks':<26} {sum(v for k, v in times.items() if k != 'whole step'):8.2f}")
-    print(f"the step's products (m x q x k), microseconds: numpy's BLAS at the step's layout; engine.matmul's tiles "
-          f"(the step takes them: {matmul.OWN}); MKL (torch's) row-major, and whether its bits are numpy's BLAS's "
-          f"on the same row-major operands")
+    print(f"the step's products (m x q x k), microseconds: numpy's BLAS at the step's layout; engine.matmul's tiles, "
+          f"B^T copied first for A B^T (the step takes them: {matmul.OWN}); MKL (torch's) row-major, and whether its "
+          f"bits are numpy's BLAS's on the same row-major operands")
     for name, r in product_us(case, a.calls, a.repeats).items():
         bits = "same" if r["mkl_same_bits"] else "other"
-        tiles = "     -" if r["tiles_us"] is None else f"{r['tiles_us']:6.2f}"
         mkl = "no MKL" if r["mkl_us"] is None else f"{r['mkl_us']:6.2f} ({bits} bits)"
-        print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f} {tiles}   {mkl}")
+        print(f"  {name:<38} {r['shape']:>14} {r['blas_us']:6.2f} {r['tiles_us']:6.2f}   {mkl}")
     inside = training_us(c, a.steps)[0]
     if inside is None:
         print("inside training: not timed (no time-stamp counter on this processor)")

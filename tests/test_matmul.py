@@ -46,6 +46,25 @@ def test_tiles_sum_each_entry_in_order(dtype: type) -> None:
         np.testing.assert_allclose(ours, A.astype(np.float64) @ B, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_tiles_sum_each_entry_in_order(dtype: type) -> None:
+    """``_transposed_tiles`` (``matmul_t``'s A B^T where the tiles are taken) gives the in-order sums of A @ B^T to
+    the bit, for the same shapes, with a scratch longer than B (only its first k n entries used), and with A as a
+    transposed view (the step's lg^T g)."""
+    rng = np.random.default_rng(9)
+    for m, k, n in SHAPES:
+        A = rng.standard_normal((m, k)).astype(dtype)
+        B = rng.standard_normal((n, k)).astype(dtype)
+        ours, theirs, by_view = (np.full((m, n), np.nan, dtype) for _ in range(3))
+        scratch = np.full(k * n + 5, np.nan, dtype)
+        matmul._transposed_tiles(A, B, ours, scratch)
+        in_order(A, np.ascontiguousarray(B.T), theirs)
+        matmul._transposed_tiles(np.ascontiguousarray(A.T).T, B, by_view, scratch)
+        assert np.array_equal(ours, theirs) and np.array_equal(ours, by_view), (m, k, n)
+        assert np.isnan(scratch[k * n:]).all()
+        np.testing.assert_allclose(ours, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
+
+
 @njit(fastmath=FAST)
 def lanes_in_order(G, first, step, n, X, out, r, c):
     """out[r, c + j] = (...((0 + G[first, j] X[0, j]) + G[first + step, j] X[1, j]) + ...): the order ``lane_sums``
@@ -103,6 +122,22 @@ def test_matmul_writes_the_product_either_way() -> None:
 
     into_rows(A, B, big)
     np.testing.assert_allclose(big[:16], A @ B, rtol=1e-5, atol=1e-5)
+    assert not big[16:].any()
+
+
+def test_matmul_t_writes_the_product_either_way() -> None:
+    """``matmul_t`` (the step's A B^T) writes A @ B^T into C, by tiles or by BLAS as ``OWN`` says, into a row block
+    of a larger array too (the step's gYv[:V])."""
+    rng = np.random.default_rng(4)
+    A, B = rng.standard_normal((16, 256)).astype(np.float32), rng.standard_normal((16, 256)).astype(np.float32)
+    big, scratch = np.zeros((20, 16), np.float32), np.empty(256 * 16, np.float32)
+
+    @njit
+    def into_rows(A, B, big, scratch):
+        matmul.matmul_t(A, B, big[:16], scratch)
+
+    into_rows(A, B, big, scratch)
+    np.testing.assert_allclose(big[:16], A @ B.T, rtol=1e-5, atol=1e-5)
     assert not big[16:].any()
 
 

@@ -24,9 +24,9 @@ own, so that the first compile can share them between two processes (``first_com
 (``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so that
 compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
 working arrays (``StepArrays``, by name) are made once per call (``step_arrays``), not once per step, and reach
-compiled code as one reference (``Work``), which also holds the blocks' addresses. The products whose right operand
-has contiguous rows go through ``matmul.matmul`` (register tiles where numba compiles for AVX2 without AVX-512,
-numpy's BLAS elsewhere), the others (A B^T) through np.dot.
+compiled code as one reference (``Work``), which also holds the blocks' addresses. The products go through ``matmul.matmul``
+where the right operand has contiguous rows and ``matmul.matmul_t`` (A B^T) where its transpose has: register tiles
+where numba compiles for AVX2 without AVX-512 (B^T first copied into a scratch row), numpy's BLAS elsewhere.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from numba.core.errors import TypingError
 from numba.experimental import structref
 from numba.extending import intrinsic
 
-from .matmul import lane_sums, matmul
+from .matmul import lane_sums, matmul, matmul_t
 from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, log1p, log_constants
 
 # How the attention logit table is made (tables.TableStep's cases):
@@ -153,6 +153,7 @@ class StepArrays(NamedTuple):
     gX: np.ndarray  # (nX, d) a product's scratch, then dloss/dX
     gWoU: np.ndarray  # (d, V) dloss/d(Wo U)
     gU: np.ndarray  # (d, V) dloss/dU through Wo U
+    BT: np.ndarray  # (max k n,) ``matmul_t``'s scratch: a product's right operand, transposed
 
 
 @structref.register
@@ -232,7 +233,8 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         gYv=empty((nX, V), dt), gR=empty((V, V), dt), gM=empty((V, B), dt), gP=empty((B, L), dt),
         gT=empty(nT, dt), gCD=empty((nC, d), dt), gQr=empty((nQ, d), dt),
         gQ=empty((V, d), dt), swap=empty((3, V, d), dt),
-        gA=empty((nX, Y), dt), gX=empty((nX, d), dt), gWoU=empty((d, V), dt), gU=empty((d, V), dt))
+        gA=empty((nX, Y), dt), gX=empty((nX, d), dt), gWoU=empty((d, V), dt), gU=empty((d, V), dt),
+        BT=empty(max(B * V, Y * d, B * L if kind == ROWS else 0), dt))
 
 
 def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut) -> None:
@@ -434,7 +436,7 @@ def _logits(setup, work):
     matmul(Z, mass, yt)
     if has_rows:
         gM = work.gM  # free until the backward: the positions' share of the logits
-        np.dot(YvP.T, lg.T, gM)
+        matmul_t(YvP.T, lg, gM, work.BT)
         for c in range(V):
             for i in range(B):
                 yt[c, i] += gM[c, i]
@@ -517,9 +519,9 @@ def _backward_logits(setup, work):
     has_rows = kind == ROWS
     YvT, YvP = work.Yv[:V], work.Yv[V:]  # tokens' and positions' rows
     g = work.E.T  # the gradient by the logits (B, V)
-    np.dot(mass, g, gYv[:V])
+    matmul_t(mass, E, gYv[:V], work.BT)  # mass g
     if has_rows:
-        np.dot(lg.T, g, gYv[V:])
+        matmul_t(lg.T, E, gYv[V:], work.BT)
     gR[:] = 0
     if residual:
         for i in range(B):
@@ -533,7 +535,7 @@ def _backward_logits(setup, work):
         for i in range(B):
             sums[i] += mass[c, i] * gM[c, i]
     if has_rows:
-        np.dot(g, YvP.T, gP)  # ... and on each position
+        matmul_t(g, YvP, gP, work.BT)  # ... and on each position
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -653,7 +655,7 @@ def _backward_table(setup, work):
                         if has_rows:
                             TP[V + j, a] += t
         matmul(TP.T, K, gQ)  # the queries' gradient (V, d)
-        np.dot(TP, QT.T, gX)  # the keys' gradient (nX, d)
+        matmul_t(TP, QT, gX, work.BT)  # the keys' gradient (nX, d)
         for r in range(nX):
             for k in range(d):
                 gA[r, d + k] = gX[r, k]
@@ -684,7 +686,7 @@ def _backward_projections(p, G, setup, work):
     Wo = p[o_Wo:o_Wo + d * d].reshape((d, d))
     gW = G[o_W:o_Wo].reshape((d, Y))  # dW and dWo are written in place in the gradient row
     gWo = G[o_Wo:o_Wo + d * d].reshape((d, d))
-    np.dot(gYv, WoU.T, gX)
+    matmul_t(gYv, WoU, gX, work.BT)
     for r in range(nX):
         for k in range(d):
             gA[r, 2 * d + k] = gX[r, k]
@@ -700,8 +702,8 @@ def _backward_projections(p, G, setup, work):
     for k in range(d):
         for c in range(V):
             gW[k, 3 * d + c] += gU[k, c]
-    np.dot(gWoU, U.T, gWo)
-    np.dot(gA, W.T, gX)  # (nX, d)
+    matmul_t(gWoU, U, gWo, work.BT)
+    matmul_t(gA, W, gX, work.BT)  # (nX, d)
     G[:o_W] = 0  # sinusoidal rows are fixed; APE rows past L get no gradient
     for r in range(V if fixed else nX):
         for k in range(d):
