@@ -189,7 +189,7 @@ class TableStep(Layout):
         self._views_length, self._views = 0, {}
         self._compiled_key: tuple | None = None  # the (L, dtype) of _compiled_setup's setup
         self._compiled: engine_step.StepSetup | None = None
-        self._works: dict[tuple, engine_step.Work] = {}  # ``run``'s working arrays, by (which, B, L, dtype)
+        self._works: dict[tuple, engine_step.Work] = {}  # the step's working arrays, by (which, B, L, dtype)
 
     def block(self, buf: torch.Tensor, name: str) -> torch.Tensor:
         at, (r, k) = self.blocks[name]
@@ -267,16 +267,23 @@ class TableStep(Layout):
 
     def _compiled_step(self, buf: torch.Tensor, x: torch.Tensor, target: torch.Tensor
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``__call__`` as one call of ``engine.step.table_step`` (CPU, no MLP)."""
+        """``__call__`` as one call of ``engine.step.table_step`` (CPU, no MLP), in working arrays kept for the next
+        call from this thread (making them took about as long as the step: a float64 full-batch step of 256 sequences,
+        RoPE, default task, 0.35 -> 0.15 ms on an Intel Xeon as AVX2)."""
         S, B, L = x.shape
         first_compile.compile_step(str(buf.dtype).removeprefix("torch."), "step_in")
+        setup = self._compiled_setup(L, buf.dtype)
+        p = buf.numpy()
+        key = ("call", threading.get_ident(), B, L, p.dtype)
+        if key not in self._works:
+            self._works[key] = engine_step.step_arrays(p, setup, B, L)
         loglik = buf.new_empty(S)
         correct = torch.empty(S, dtype=torch.int64)
         grad = buf.new_empty(S, self.size)
         with flushed():  # subnormals as zero (engine.denormals)
-            engine_step.table_step(buf.numpy(), engine_step.as_tokens(x.numpy()),
-                                   np.ascontiguousarray(target.numpy()[..., 0]), self._compiled_setup(L, buf.dtype),
-                                   engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()))
+            engine_step.table_step(p, engine_step.as_tokens(x.numpy()), np.ascontiguousarray(target.numpy()[..., 0]),
+                                   setup, engine_step.StepOut(loglik.numpy(), correct.numpy(), grad.numpy()),
+                                   self._works[key])
         return loglik, correct, grad
 
     def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:

@@ -204,6 +204,32 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
     train(Config(steps=3, layers=2), [0], progress=False)
 
 
+def test_the_compiled_call_keeps_its_working_arrays_per_thread() -> None:
+    """A ``TableStep`` called step by step (rules other than Adam's stretches) makes the compiled step's working
+    arrays once per thread, batch, length and dtype and reuses them: each call gives the numbers of a call in fresh
+    arrays (every working array is written before it is read), over calls with other batches and members."""
+    import threading
+
+    c = Config(dtype="float64", encoding="ape")
+    model = Model(c, [0, 1]).double()
+    step = TableStep(c, model.encoding, c.train_length)
+    buf = step.pack(model)
+    gen = torch.Generator().manual_seed(3)
+    for B, L in ((8, c.train_length), (5, c.train_length), (8, c.train_length - 4), (8, c.train_length)):
+        x = torch.randint(0, c.vocab, (2, B, L), generator=gen)
+        target = x[..., L - 1 - c.offset:L - c.offset]
+        kept = step(buf, x, target)
+        fresh = TableStep(c, model.encoding, c.train_length)(buf, x, target)  # a new TableStep: new arrays
+        assert all(torch.equal(a, b) for a, b in zip(kept, fresh)) and kept[2].abs().max() > 0, (B, L)
+    calls = [key for key in step._works if key[0] == "call"]
+    assert sorted((B, L) for _, _, B, L, _ in calls) == [(5, c.train_length), (8, c.train_length - 4),
+                                                          (8, c.train_length)]
+    other = threading.Thread(target=step, args=(buf, x, target))
+    other.start()
+    other.join()
+    assert len([key for key in step._works if key[0] == "call"]) == 4  # the other thread's own set
+
+
 def test_the_compiled_step_takes_tokens_that_fit_its_type(monkeypatch: pytest.MonkeyPatch) -> None:
     """The compiled step reads tokens as ``engine.step.TOKENS`` (``as_tokens``: a contiguous copy, the same values);
     a vocabulary too large for that type trains by the torch operations instead, to the same numbers up to rounding."""

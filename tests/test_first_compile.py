@@ -37,10 +37,10 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     train(Config(dtype=dtype, steps=3, optimizer="gd", lr=0.1), [0], progress=False)
     monkeypatch.undo()
     kw, t = seen["train_steps"], numba.typeof
-    buf, x, target, setup, out = seen["table_step"]
+    buf, x, target, setup, out, work = seen["table_step"]
     calls = {"train_steps": tuple(t(kw[name]) for name in ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history",
                                                            "work", "stop")),
-             "step_in": (t(buf), t(x), t(target), t(setup), t(out), t(kw["work"])),
+             "step_in": (t(buf), t(x), t(target), t(setup), t(out), t(work)),
              "draw_steps": tuple(t(a) for a in seen["draw_steps"])}
     for name in first_compile.ENTRIES:
         numba.njit(first_compile.function(name).py_func).compile(calls[name])

@@ -24,9 +24,10 @@ own, so that the first compile can share them between two processes (``first_com
 (``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so that
 compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
 working arrays (``StepArrays``, by name) are made once per call (``step_arrays``), not once per step, and reach
-compiled code as one reference (``Work``), which also holds the blocks' addresses. The products go through ``matmul.matmul``
-where the right operand has contiguous rows and ``matmul.matmul_t`` (A B^T) where its transpose has: register tiles
-where numba compiles for AVX2 without AVX-512 (B^T first copied into a scratch row), numpy's BLAS elsewhere.
+compiled code as one reference (``Work``), which also holds the blocks' addresses. The products go through
+``matmul.matmul`` where the right operand has contiguous rows and ``matmul.matmul_t`` (A B^T) where its transpose
+has: register tiles where numba compiles for AVX2 without AVX-512 (B^T first copied into a scratch row), numpy's
+BLAS elsewhere.
 """
 
 from __future__ import annotations
@@ -237,16 +238,17 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         BT=empty(max(B * V, Y * d, B * L if kind == ROWS else 0), dt))
 
 
-def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut) -> None:
-    """One training step's gradient for every member, written into ``out`` (``StepOut``): ``step_in`` in new
-    working arrays.
+def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut,
+               work: Work | None = None) -> None:
+    """One training step's gradient for every member, written into ``out`` (``StepOut``): ``step_in`` in the working
+    arrays ``work`` (``step_arrays`` for this setup, batch and length, made anew where None).
 
     buf (S, P): the members' parameters in ``TableStep``'s layout (blocks EP (n_ep, d), W (d, 3d + V),
     Wo (d, d)); x (S, B, L) tokens (``TOKENS``: ``as_tokens``); target (S, B) int64; setup: ``StepSetup``.
     The loss is the mean cross-entropy over the B sequences, computed as ``model.log_likelihood_gradient``.
     """
     _, B, L = x.shape
-    step_in(buf, x, target, setup, out, step_arrays(buf, setup, B, L))
+    step_in(buf, x, target, setup, out, step_arrays(buf, setup, B, L) if work is None else work)
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
