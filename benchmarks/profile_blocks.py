@@ -260,7 +260,7 @@ def training_us(c: Config, steps: int) -> tuple[dict[str, float] | None, np.ndar
     model = Model(c, [0])
     table = TableStep(c, model.encoding, c.train_length)
     opt = Optimizer(c.optimizer, table.pack(model), [c.lr])
-    buf, adam = opt.adam_arrays()
+    buf, adam = opt.update_arrays()
     B, L = c.batch, c.train_length
     xs = step.aligned_empty((steps, 1, B, L), step.TOKENS)  # aligned as training's (tables._room)
     draws.draw_steps(draws.mt_state(TrainStream(c, [0]).gens[0])[None], xs, c.vocab)

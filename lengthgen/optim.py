@@ -24,8 +24,9 @@ The geometry column is what the implicit-bias results of ``book/bibliography.md`
 direction converges to on separable problems (see ``maxmargin.py``).
 
 Every rule lives here, in torch operations (``Optimizer.direction``) and compiled for the CPU: ``adam_step``, Adam
-with its decay in one pass (``Optimizer.step`` and the engine's stretches, ``engine.stretch``), and
-``update_in_place``, every rule without decay (``selection``'s loops). The compiled forms round differently, so
+with its decay in one pass (``Optimizer.step`` and the engine's stretches, ``engine.stretch``), ``plain_step``, gradient
+and sign descent without decay as the torch operations round them (the stretches), and ``update_in_place``, every
+rule without decay (``selection``'s loops). The compiled forms round differently, so
 each is tested against the torch path or the hand computation (tests/test_optim.py); every step size comes from
 ``schedule`` through ``Optimizer.current_lr`` (``selection`` calls ``schedule`` itself, compiled).
 """
@@ -70,7 +71,7 @@ class Optimizer:
             raise ValueError(f"need eps >= 0 (got {eps}) and a step-size decay power in [0, 1] (got {power})")
         self.rule, self.params, self.decay, self.betas, self.eps = rule, params, decay, betas, eps
         self.compiled, self.power = compiled and eps > 0, power
-        self._arrays: tuple[np.ndarray, AdamArrays] | None = None  # numpy views for the compiled pass, until ``keep``
+        self._arrays: tuple[np.ndarray, UpdateArrays] | None = None  # numpy views for the compiled pass, until ``keep``
         self.lr = torch.tensor([float(x) for x in lr], dtype=params.dtype, device=params.device).view(-1, 1)
         self.t = 0
         self.m = torch.zeros_like(params) if rule in ("adam", "signum") else None
@@ -88,16 +89,26 @@ class Optimizer:
             self.v = self.v.index_select(0, rows)
         self._arrays = None
 
-    def adam_arrays(self) -> tuple[np.ndarray, AdamArrays]:
-        """Numpy views, on the CPU, of the parameters (S, P) and of Adam's state for the compiled pass
-        (``adam_step``), its step sizes those of the next update (``current_lr`` at t + 1). The views are made once
+    def update_arrays(self) -> tuple[np.ndarray, UpdateArrays]:
+        """Numpy views, on the CPU, of the parameters (S, P) and of the rule's state for the compiled update
+        (``update_step``), its step sizes those of the next update (``current_lr`` at t + 1). The views are made once
         until ``keep`` (the step sizes too when they are constant: a view of ``lr``)."""
         if self._arrays is None:
-            decay = self.params.new_empty(0, 0) if self.decay is None else self.decay
-            params, m, v, decay = (t.detach().numpy() for t in (self.params, self.m, self.v, decay))
-            self._arrays = params, AdamArrays(m, v, self.current_lr(self.t + 1).numpy(), decay, *self.betas, self.eps)
+            none = self.params.new_empty(0, 0)
+            decay, m, v = (none if a is None else a for a in (self.decay, self.m, self.v))
+            params, m, v, decay = (t.detach().numpy() for t in (self.params, m, v, decay))
+            self._arrays = params, UpdateArrays(RULES.index(self.rule), m, v, self.current_lr(self.t + 1).numpy(),
+                                                decay, *self.betas, self.eps)
         params, state = self._arrays
         return params, state if self.power == 0 else state._replace(lr=self.current_lr(self.t + 1).numpy())
+
+    def stretches(self) -> bool:
+        """Whether ``update_step`` computes this optimiser's updates as ``step`` does, to the bit, so that compiled
+        stretches of steps (``engine.stretch``) may take them: Adam's compiled pass, and gradient or sign descent
+        without weight decay, with a constant step size, on the CPU."""
+        plain = self.rule in ("gd", "sign") and self.decay is None
+        return ((self.rule == "adam" and self.compiled) or plain) and self.power == 0 and \
+            self.params.device.type == "cpu"
 
     def current_lr(self, t: int | None = None) -> torch.Tensor:
         """(S, 1) the step sizes of the update numbered ``t`` (default: ``self.t``, the last one taken): lr, or
@@ -138,7 +149,7 @@ class Optimizer:
     def step(self, grad: torch.Tensor) -> None:
         """One update of every member from ``grad`` (S, P), which it may overwrite (no autograd either way)."""
         if self.rule == "adam" and self.compiled and self.params.device.type == "cpu":
-            params, state = self.adam_arrays()
+            params, state = self.update_arrays()
             self.t += 1
             with flushed():  # subnormals as zero, as in a stretch of compiled steps (engine.denormals)
                 adam_step(params, grad.detach().numpy(), state, self.t)
@@ -158,12 +169,13 @@ def schedule(t: int, power: float) -> float:
     return (t + 1.0) ** -power
 
 
-class AdamArrays(NamedTuple):
-    """Adam's state as the compiled update reads it (``adam_step``; ``Optimizer.adam_arrays``), numpy arrays in the
-    parameters' dtype."""
+class UpdateArrays(NamedTuple):
+    """A rule's state as the compiled update reads it (``update_step``; ``Optimizer.update_arrays``), numpy arrays in
+    the parameters' dtype."""
 
-    m: np.ndarray  # (S, P) the first moment
-    v: np.ndarray  # (S, P) the second moment
+    code: int  # the rule, as its index in RULES
+    m: np.ndarray  # (S, P) the first moment (Adam), else (0, 0)
+    v: np.ndarray  # (S, P) the second moment (Adam), else (0, 0)
     lr: np.ndarray  # (S, 1) the members' step sizes of the update
     decay: np.ndarray  # (S, P) weight decay per entry, or (0, 0) for none
     b1: float
@@ -175,7 +187,7 @@ class AdamArrays(NamedTuple):
 def adam_step(params, grad, adam, t):
     """The t-th AdamW update (t >= 1) in place, compiled: ``Optimizer.direction``'s Adam with its decoupled decay,
     in the form of ``torch.optim.AdamW`` (decay first, then the bias-corrected step), in the parameters' dtype
-    (tests/test_optim.py checks both against torch). params, grad (S, P); adam: ``AdamArrays`` (m, v updated).
+    (tests/test_optim.py checks both against torch). params, grad (S, P); adam: ``UpdateArrays`` (m, v updated).
 
         p <- p - lr wd p
         m <- b1 m + (1 - b1) g,   v <- b2 v + (1 - b2) g^2
@@ -199,6 +211,45 @@ def adam_step(params, grad, adam, t):
             ms[k] = mk
             vs[k] = vk
             p[k] -= step * mk / (np.sqrt(vk) * root2 + eps_)
+
+
+# the rules ``plain_step`` computes as the torch operations do (a product, then a difference: no fused multiply-add),
+# by their codes (``RULES.index``)
+GD, SIGN = RULES.index("gd"), RULES.index("sign")
+
+
+@njit(cache=True, error_model="numpy", nogil=True)
+def plain_step(params, grad, state):
+    """Gradient descent or sign descent (``state.code``: GD or SIGN) without weight decay, in place, compiled:
+    ``Optimizer.step``'s torch update to the bit (tests/test_stretches.py), which rounds the product first, then the
+    difference, and whose sign is 0 at 0 and at NaN. params, grad (S, P); state: ``UpdateArrays``.
+
+        gd:   p <- p - (lr g)
+        sign: p <- p - (lr sign(g))
+    """
+    for s in range(params.shape[0]):
+        rate = state.lr[s, 0]
+        p, g = params[s], grad[s]
+        if state.code == GD:
+            for k in range(p.shape[0]):
+                p[k] -= g[k] * rate
+        else:
+            zero = rate - rate  # in the parameters' dtype, as every operand here (a literal would be a float64)
+            for k in range(p.shape[0]):
+                sign = np.sign(g[k])
+                if not (sign > zero or sign < zero):  # torch's sign: +0 at 0, -0 and NaN
+                    sign = zero
+                p[k] -= sign * rate
+
+
+@njit(cache=True, nogil=True)
+def update_step(params, grad, state, t):
+    """The t-th update (t >= 1) of ``state``'s rule (``UpdateArrays``), compiled: ``adam_step`` for Adam,
+    ``plain_step`` for gradient and sign descent (without weight decay: ``Optimizer.stretches``)."""
+    if state.code == GD or state.code == SIGN:
+        plain_step(params, grad, state)
+    else:
+        adam_step(params, grad, state, t)
 
 
 class RuleArrays(NamedTuple):

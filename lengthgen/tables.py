@@ -287,12 +287,12 @@ class TableStep(Layout):
         return loglik, correct, grad
 
     def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:
-        """Whether ``run`` can take this training's steps: the compiled step (CPU, no MLP) and Adam's compiled
-        update on the CPU with a constant step size, one training length, and draws from torch's CPU generators
-        (``draws.mt_state``)."""
+        """Whether ``run`` can take this training's steps: the compiled step (CPU, no MLP), an update the stretches
+        compute as ``opt.step`` does (``Optimizer.stretches``: Adam, gradient or sign descent without weight decay,
+        a constant step size), one training length, and draws from torch's CPU generators (``draws.mt_state``)."""
         lo, hi = stream.c.lengths
-        return (self.compiled and opt.params.device.type == "cpu" and opt.rule == "adam" and opt.compiled
-                and opt.power == 0 and lo == hi and all(draws.mt_state(g) is not None for g in stream.gens))
+        return (self.compiled and opt.stretches() and lo == hi
+                and all(draws.mt_state(g) is not None for g in stream.gens))
 
     def run(self, opt: Optimizer, stream: TrainStream, members: np.ndarray, offsets: np.ndarray, n: int,
             threads: int = 1, stop: engine_stretch.EarlyStop | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -317,7 +317,7 @@ class TableStep(Layout):
         S, c = len(members), stream.c
         B, L = c.batch, c.train_length
         first_compile.compile_step(str(opt.params.dtype).removeprefix("torch."), "train_steps")
-        p, adam = opt.adam_arrays()
+        p, state = opt.update_arrays()
         setup = self._compiled_setup(L, opt.params.dtype)
         offsets = np.ascontiguousarray(offsets, np.int64)
         loglik, correct = np.empty((n, S), p.dtype), np.empty((n, S), np.int64)
@@ -333,12 +333,13 @@ class TableStep(Layout):
             if key not in self._works:
                 self._works[key] = engine_step.step_arrays(p, setup, B, L)
             ll, cc = np.empty((k, r), p.dtype), np.empty((k, r), np.int64)
-            mine = adam._replace(m=adam.m[rows], v=adam.v[rows], lr=adam.lr[rows],
-                                 decay=adam.decay[rows] if len(adam.decay) else adam.decay)
+            mine = state._replace(m=state.m[rows] if len(state.m) else state.m,
+                                  v=state.v[rows] if len(state.v) else state.v, lr=state.lr[rows],
+                                  decay=state.decay[rows] if len(state.decay) else state.decay)
             rule = window(done) if early else engine_stretch.never_stop(r)
             with flushed():  # subnormals as zero on this thread (engine.denormals)
                 took, ended = engine_stretch.train_steps(n=k, buf=p[rows], xs=xs, offsets=offsets[rows], setup=setup,
-                                                         adam=mine, t0=opt.t + done,
+                                                         update=mine, t0=opt.t + done,
                                                          history=engine_stretch.History(ll, cc),
                                                          work=self._works[key], stop=rule)
             loglik[done:done + took, rows], correct[done:done + took, rows] = ll[:took], cc[:took]

@@ -55,6 +55,6 @@ def test_the_engine_computes_with_subnormals_flushed(monkeypatch: pytest.MonkeyP
     before = denormals.control() & denormals.FLUSH
     train(Config(steps=tables.THREADED_STEPS, target_accuracy=None), [0, 1], progress=False)  # stretches
     train(Config(steps=3, target_accuracy=0.99), [0], progress=False)  # single steps under an early stop
-    train(Config(steps=3, optimizer="gd"), [0], progress=False)  # single steps, another rule
+    train(Config(steps=3, optimizer="ngd"), [0], progress=False)  # single steps, a rule without stretches
     assert {"stretch True", "step True"} <= set(seen) and not any(s.endswith("False") for s in seen), seen
     assert denormals.control() & denormals.FLUSH == before

@@ -181,9 +181,9 @@ def test_table_step_pack_and_views_round_trip() -> None:
 
 
 def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One layer on the CPU: the compiled steps without an MLP (stretches of Adam steps by
-    ``engine.stretch.train_steps``, other rules step by step by ``engine.step.table_step``), the hand-written backward with
-    one; deeper models through autograd."""
+    """One layer on the CPU: the compiled steps without an MLP (stretches of Adam, gradient descent and sign descent
+    steps by ``engine.stretch.train_steps``, other rules step by step by ``engine.step.table_step``), the hand-written
+    backward with one; deeper models through autograd."""
     def broken(name: str) -> Callable[..., None]:
         def call(*args: object, **kwargs: object) -> None:
             raise RuntimeError(f"{name} called")
@@ -197,7 +197,7 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
                 train(Config(steps=3, target_accuracy=target_accuracy), [0], progress=False)
     monkeypatch.setattr(engine_step, "table_step", broken("table_step"))
     with pytest.raises(RuntimeError, match="table_step called"):
-        train(Config(steps=3, optimizer="gd"), [0], progress=False)
+        train(Config(steps=3, optimizer="ngd"), [0], progress=False)
     monkeypatch.setattr(TableStep, "backward", broken("TableStep.backward"))
     with pytest.raises(RuntimeError, match="TableStep.backward called"):
         train(Config(steps=3, mlp=True), [0], progress=False)
@@ -205,7 +205,7 @@ def test_one_layer_training_takes_the_table_step(monkeypatch: pytest.MonkeyPatch
 
 
 def test_the_compiled_call_keeps_its_working_arrays_per_thread() -> None:
-    """A ``TableStep`` called step by step (rules other than Adam's stretches) makes the compiled step's working
+    """A ``TableStep`` called step by step (rules the stretches do not take) makes the compiled step's working
     arrays once per thread, batch, length and dtype and reuses them: each call gives the numbers of a call in fresh
     arrays (every working array is written before it is read), over calls with other batches and members."""
     import threading

@@ -23,7 +23,7 @@ from lengthgen.tables import TableStep
 def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
     """The argument types of each function of the shares and of both entries are the ones training calls it with:
     otherwise the helper's work would be compiled again here, and the split would save nothing. A model of ``dtype``
-    trains with Adam (stretches: ``train_steps``) and one with gradient descent (single steps: ``step_in``); the calls
+    trains with Adam (stretches: ``train_steps``) and one with normalised GD (single steps: ``step_in``); the calls
     of ``train_steps``, ``draw_steps`` and ``table_step`` are recorded, and fresh copies of ``step_in`` and
     ``train_steps`` (uncached, so that typing them registers what they call in each callee) are compiled for the
     types of those calls."""
@@ -34,12 +34,12 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(draws, "draw_steps", lambda *a: (seen.setdefault("draw_steps", a), draw_steps(*a))[1])
     monkeypatch.setattr(step, "table_step", lambda *a: (seen.setdefault("table_step", a), table_step(*a))[1])
     train(Config(dtype=dtype, steps=150, target_accuracy=None), [0], progress=False)
-    train(Config(dtype=dtype, steps=3, optimizer="gd", lr=0.1), [0], progress=False)
+    train(Config(dtype=dtype, steps=3, optimizer="ngd", lr=0.1), [0], progress=False)
     monkeypatch.undo()
     kw, t = seen["train_steps"], numba.typeof
     buf, x, target, setup, out, work = seen["table_step"]
-    calls = {"train_steps": tuple(t(kw[name]) for name in ("n", "buf", "xs", "offsets", "setup", "adam", "t0", "history",
-                                                           "work", "stop")),
+    calls = {"train_steps": tuple(t(kw[name]) for name in ("n", "buf", "xs", "offsets", "setup", "update", "t0",
+                                                           "history", "work", "stop")),
              "step_in": (t(buf), t(x), t(target), t(setup), t(out), t(work)),
              "draw_steps": tuple(t(a) for a in seen["draw_steps"])}
     for name in first_compile.ENTRIES:

@@ -48,6 +48,44 @@ def test_a_stretch_equals_single_steps(train_set: int | None) -> None:
     assert same_run(train(c, [1], progress=False), single_steps([(c, 1)])[0])
 
 
+@pytest.mark.parametrize("rule,lr", [("gd", 0.3), ("sign", 0.003)])
+@pytest.mark.parametrize("dtype,train_set", [("float32", None), ("float64", 64)])
+def test_gd_and_sign_stretches_equal_the_torch_update(monkeypatch: pytest.MonkeyPatch, rule: str, lr: float,
+                                                      dtype: str, train_set: int | None) -> None:
+    """Gradient and sign descent without weight decay take compiled stretches (``optim.plain_step``): the same
+    histories and parameters to the bit as the same steps through ``Optimizer.step``'s torch update, for one member
+    (its batches drawn ahead on a second thread) and for three on two threads, under an early stop too, with fresh
+    batches and with a fixed training set."""
+    monkeypatch.setenv(THREADS_ENV, "2")
+    c = SMALL.replace(optimizer=rule, lr=lr, dtype=dtype, steps=150)
+    if train_set is not None:
+        c = c.replace(train_set=train_set, batch=train_set)
+    runs = [(c, 0), (c, 1), (c.replace(target_accuracy=0.07), 2)]  # near chance: stops early, mid-stretch
+    stretched = train(c, [0], progress=False), train_runs(runs, progress=False)
+    assert TableStep.runs_ahead(TableStep(c, Model(c, [0]).encoding, c.train_length),
+                                Optimizer(rule, torch.zeros(1, 4, dtype=getattr(torch, dtype)), [lr]),
+                                TrainStream(c, [0]))
+    monkeypatch.setattr(TableStep, "runs_ahead", lambda *_: False)
+    by_torch = train(c, [0], progress=False), train_runs(runs, progress=False)
+    assert same_run(stretched[0], by_torch[0])
+    assert all(same_run(a, b) for a, b in zip(stretched[1], by_torch[1]))
+    assert len(stretched[1]) == 2 and stretched[1][1].steps[0] < c.steps  # one Trained per config; the stop reached
+    assert not torch.equal(next(stretched[0].model.parameters()), next(Model(c, [0]).parameters()))
+
+
+def test_plain_step_signs_as_torch() -> None:
+    """Sign descent's compiled update takes torch's sign: 0 at +0, -0 and NaN."""
+    from lengthgen import optim
+
+    g = torch.tensor([[float("nan"), -0.0, 0.0, -2.0, 3.0, 1e-300]], dtype=torch.float64)
+    p = torch.zeros(1, 6, dtype=torch.float64) - 0.0
+    opt = optim.Optimizer("sign", p.clone(), [0.5])
+    params, state = opt.update_arrays()
+    optim.plain_step(params, g.numpy().copy(), state)
+    ref = p - torch.sign(g) * 0.5
+    assert np.array_equal(opt.params.numpy().view(np.int64), ref.numpy().view(np.int64))  # -0 too
+
+
 @pytest.mark.parametrize("margin", [train_module.STOP_MARGIN, 0.3])
 @pytest.mark.parametrize("train_set", [None, 64])
 def test_the_early_stop_in_stretches_stops_where_single_steps_do(monkeypatch: pytest.MonkeyPatch, margin: float,
@@ -247,14 +285,19 @@ def test_run_leaves_the_stream_and_optimiser_as_single_steps_do() -> None:
 
 
 def test_runs_ahead_only_where_it_computes_the_same_steps() -> None:
-    """No stretches for rules other than Adam, for variable training lengths, or on the torch path."""
+    """No stretches for rules whose torch update the compiled one does not reproduce to the bit (normalised GD,
+    signum, gradient descent with weight decay), for variable training lengths, or on the torch path."""
     def ahead(c: Config) -> bool:
         model = Model(c, [0])
         step = TableStep(c, model.encoding, c.train_length)
-        return step.runs_ahead(Optimizer(c.optimizer, step.pack(model), [c.lr]), TrainStream(c, [0]))
+        buf = step.pack(model)
+        decay = torch.full_like(buf, c.weight_decay) if c.weight_decay else None  # as train passes it
+        return step.runs_ahead(Optimizer(c.optimizer, buf, [c.lr], decay), TrainStream(c, [0]))
 
-    assert ahead(SMALL)
-    assert not ahead(SMALL.replace(optimizer="gd"))
+    assert ahead(SMALL) and ahead(SMALL.replace(optimizer="gd")) and ahead(SMALL.replace(optimizer="sign"))
+    for other in ("ngd", "signum"):
+        assert not ahead(SMALL.replace(optimizer=other, lr=0.01))
+    assert not ahead(SMALL.replace(optimizer="gd", weight_decay=0.1))
     assert not ahead(SMALL.replace(min_train_length=16))
     assert not ahead(SMALL.replace(mlp=True))
     assert draws.mt_state(torch.Generator().manual_seed(0)) is not None

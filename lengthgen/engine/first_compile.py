@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from .. import draws
-from ..optim import Optimizer, adam_step
+from ..optim import Optimizer, update_step
 from . import step, stretch
 
 # The first compile in three parts. The helper process compiles HELPER while this one compiles HERE: together the
@@ -39,7 +39,7 @@ from . import step, stretch
 # is compiled once). Then the helper prints READY and compiles LATER, which no entry calls, while this process
 # compiles the entry it was called for (``train_steps`` or ``step_in``: it needs every block compiled, for their
 # types and addresses, so it waits for both shares); the helper prints DONE when LATER is in the cache.
-HELPER = ("_attention", "_loss", "_backward_projections", "adam_step")
+HELPER = ("_attention", "_loss", "_backward_projections", "update_step")
 HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "_backward_logits", "_work")
 LATER = ("draw_steps",)
 ENTRIES = ("train_steps", "step_in")
@@ -66,7 +66,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     x, target = np.zeros((1, 2, c.train_length), step.TOKENS), np.zeros((1, 2), np.int64)
     blocks = step.block_types(dtype)
     w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
-    _, adam = Optimizer("adam", buf, [c.lr]).adam_arrays()
+    _, update = Optimizer("adam", buf, [c.lr]).update_arrays()
     states = np.stack([draws.mt_state(torch.Generator().manual_seed(0))])
     t = numba.typeof
     su = t(setup)
@@ -76,16 +76,16 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     return {**blocks,
             "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
-            "adam_step": (t(p), t(p), t(adam), t(1)),
-            "train_steps": (t(1), t(p), t(xs), t(np.zeros(1, np.int64)), su, t(adam), t(0), t(history), w,
+            "update_step": (t(p), t(p), t(update), t(1)),
+            "train_steps": (t(1), t(p), t(xs), t(np.zeros(1, np.int64)), su, t(update), t(0), t(history), w,
                             t(stretch.never_stop(1))),
             "step_in": (t(p), t(x), t(target), su, t(out), w)}
 
 
 def function(name: str) -> numba.core.registry.CPUDispatcher:
     """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``,
-    ``draws.draw_steps``, ``optim.adam_step`` or ``stretch.train_steps``)."""
-    return {"draw_steps": draws.draw_steps, "adam_step": adam_step,
+    ``draws.draw_steps``, ``optim.update_step`` or ``stretch.train_steps``)."""
+    return {"draw_steps": draws.draw_steps, "update_step": update_step,
             "train_steps": stretch.train_steps}.get(name) or getattr(step, name)
 
 

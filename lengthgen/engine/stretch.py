@@ -1,9 +1,9 @@
-"""A stretch of training steps in one compiled call: targets, the table step's gradient and the AdamW update, n
-times, with no Python between the steps (and without the GIL). ``tables.TableStep.run`` takes whole stretches
-up to the next step where something may be decided (a checkpoint, a budget spent, or an early stop: the stretch
-ends at the first step where a member's window of correct predictions may reach its target, ``EarlyStop``);
-tests/test_stretches.py checks that a stretch gives the numbers of the same steps taken one call at a time.
-"""
+"""A stretch of training steps in one compiled call: targets, the table step's gradient and the update (AdamW, or
+gradient or sign descent without weight decay), n times, with no Python between the steps (and without the GIL).
+``tables.TableStep.run`` takes whole stretches up to the next step where something may be decided (a checkpoint, a
+budget spent, or an early stop: the stretch ends at the first step where a member's window of correct predictions may
+reach its target, ``EarlyStop``); tests/test_stretches.py checks that a stretch gives the numbers of the same steps
+taken one call at a time."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ..optim import adam_step
+from ..optim import update_step
 from .step import StepOut, step_in
 
 
@@ -70,14 +70,15 @@ class History(NamedTuple):
 
 
 @njit(cache=True, error_model="numpy", nogil=True)
-def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work, stop):
+def train_steps(n, buf, xs, offsets, setup, update, t0, history, work, stop):
     """Up to ``n`` whole training steps; returns how many it took and whether ``stop`` (an ``EarlyStop``) ended the
     stretch (at its last step, or before the n). Step k trains on the batches xs[k % len(xs)] (S, B, L) (n batches
     drawn before, ``draws.draw_steps``, or one fixed training set), reads member s's targets ``offsets[s]`` positions
-    before the last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the AdamW update number
-    t0 + k + 1 (``optim.adam_step``; adam: ``optim.AdamArrays``, its step sizes constant over the stretch), and writes
-    its mean log-likelihoods and correct predictions into history[k] (``History``); work: ``step.step_arrays`` for
-    the batch. The same numbers as the same steps taken one call at a time."""
+    before the last, takes the gradient (``step.table_step``; setup: ``StepSetup``) and the update number t0 + k + 1
+    (``optim.update_step``: AdamW, or gradient or sign descent; update: ``optim.UpdateArrays``, its step sizes
+    constant over the stretch), and writes its mean log-likelihoods and correct predictions into history[k]
+    (``History``); work: ``step.step_arrays`` for the batch. The same numbers as the same steps taken one call at a
+    time."""
     _, S, B, L = xs.shape
     target = np.empty((S, B), np.int64)
     out = StepOut(np.empty(S, buf.dtype), np.empty(S, np.int64), np.empty_like(buf))
@@ -87,7 +88,7 @@ def train_steps(n, buf, xs, offsets, setup, adam, t0, history, work, stop):
             for i in range(B):
                 target[s, i] = x[s, i, L - 1 - offsets[s]]  # task.target_index, in compiled code
         step_in(buf, x, target, setup, out, work)
-        adam_step(buf, out.grad, adam, t0 + k + 1)
+        update_step(buf, out.grad, update, t0 + k + 1)
         for s in range(S):
             history.loglik[k, s] = out.loglik[s]
             history.correct[k, s] = out.correct[s]
