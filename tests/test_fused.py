@@ -178,3 +178,26 @@ def test_working_arrays_and_drawn_blocks_start_on_a_cache_line() -> None:
     made_here = [name for name in work._fields if name not in ("blocks", "cst", "lc", "ones", "bits")]
     assert all(getattr(work, name).ctypes.data % 64 == 0 for name in made_here)
     assert tables._room(("aligned test", 0), (3, 1, c.batch, c.train_length)).ctypes.data % 64 == 0
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+@pytest.mark.parametrize("vocab,batch", [(16, 256), (64, 8)])
+def test_the_transposes_scratch_holds_every_right_operand(encoding: str, vocab: int, batch: int) -> None:
+    """``StepArrays.BT``, ``matmul.matmul_t``'s scratch, holds the transposed right operand (n, k) of each A B^T the
+    step computes: every encoding, a batch larger and one smaller than the vocabulary (its copy is only made where
+    numba compiles for AVX2 without AVX-512, so a short scratch would fail there alone)."""
+    from lengthgen.engine import step as engine_step
+
+    c = Config(encoding=encoding, vocab=vocab, batch=batch, dim=8, train_length=24)
+    model = Model(c, [0])
+    table = TableStep(c, model.encoding, c.train_length)
+    setup = table._compiled_setup(c.train_length, torch.float32)
+    w = engine_step._arrays(np.dtype(np.float32), setup, batch, c.train_length)
+    d, V, L = c.dim, vocab, c.train_length
+    sizes = {"mass g": w.E.size, "dYv (Wo U)^T": w.WoU.size, "d(Wo U) U^T": w.U.size, "dA W^T": d * (3 * d + V)}
+    if setup.kind != engine_step.ROTATE:
+        sizes["dTP QT^T"] = w.QT.size
+    if setup.kind == engine_step.ROWS:
+        sizes.update({"attn^T g": w.E.size, "g Yv[V:]^T": w.Yv[V:].size, "Yv[V:]^T attn^T": w.lg.size})
+        assert w.Yv[V:].shape == (L, V) and w.lg.shape == (batch, L)
+    assert all(len(w.BT) >= n for n in sizes.values()), (len(w.BT), sizes)

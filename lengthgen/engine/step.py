@@ -154,7 +154,7 @@ class StepArrays(NamedTuple):
     gX: np.ndarray  # (nX, d) a product's scratch, then dloss/dX
     gWoU: np.ndarray  # (d, V) dloss/d(Wo U)
     gU: np.ndarray  # (d, V) dloss/dU through Wo U
-    BT: np.ndarray  # (max k n,) ``matmul_t``'s scratch: a product's right operand, transposed
+    BT: np.ndarray  # (max k n,) ``matmul_t``'s scratch: a product's right operand (n, k), transposed
 
 
 @structref.register
@@ -235,7 +235,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         gT=empty(nT, dt), gCD=empty((nC, d), dt), gQr=empty((nQ, d), dt),
         gQ=empty((V, d), dt), swap=empty((3, V, d), dt),
         gA=empty((nX, Y), dt), gX=empty((nX, d), dt), gWoU=empty((d, V), dt), gU=empty((d, V), dt),
-        BT=empty(max(B * V, Y * d, B * L if kind == ROWS else 0), dt))
+        BT=empty(max(B * V, Y * d, max(B, V) * L if kind == ROWS else 0), dt))
 
 
 def table_step(buf: np.ndarray, x: np.ndarray, target: np.ndarray, setup: StepSetup, out: StepOut,
