@@ -145,6 +145,28 @@ def test_log1p(dtype: type, tol: float) -> None:
     assert np.isnan(nan[0])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_log1p_of_an_entry_is_the_same_wherever_it_lies(dtype: type) -> None:
+    """numerics.log1p gives an entry the same bits alone, in the vectorised body of a long array, or in the loop
+    that ends it (each start offset 0-8): the loss's log-likelihood then does not depend on the batch's size or on
+    where an example lies in it. Float32's series runs the same loop as float64's after six zero coefficients
+    (``numerics.LOG_TERMS``), which leave Horner's sum at its first coefficient exactly."""
+    x = (10.0 ** np.random.default_rng(1).uniform(-8, 4, 1003)).astype(dtype)
+    lc = numerics.log_constants(numerics.exp_constants(dtype))
+    itype = np.int32 if dtype == np.float32 else np.int64
+
+    def log1p(v: np.ndarray) -> np.ndarray:
+        y = v.copy()
+        numerics.log1p(y, lc, np.empty_like(y), np.empty(len(y), itype))
+        return y
+
+    whole = log1p(x)
+    for start in range(9):
+        assert np.array_equal(log1p(x[start:]), whole[start:]), start
+    assert np.array_equal(np.concatenate([log1p(x[i:i + 1]) for i in range(len(x))]), whole)
+    assert len(lc) == 3 + numerics.LOG_TERMS and (lc[3:9] == 0).all() == (dtype == np.float32)
+
+
 @pytest.mark.parametrize("high", [16, 10, 7, 64, 1000])
 def test_token_draws_are_torch_randint(high: int) -> None:
     """draws.randint_ draws torch.randint's numbers and leaves the generator in torch's state, across many

@@ -112,17 +112,23 @@ def exp_neg(a, c):
         a[i] = (p * r + c0) * scale
 
 
+LOG_TERMS = 12  # the coefficients of log1p's series, highest first: to s^23 in float64; float32's six (to s^11) last
+
+
 @njit(cache=True)
 def log_constants(ec):
     """The constants of ``log1p`` in the dtype of ``ec`` (``exp_constants``): ln 2 split as there (high part,
-    low part), sqrt(2), and the coefficients 2/(2k+1) of 2 atanh(s) = log((1+s)/(1-s)) from the highest used
-    down to k = 0 (to s^23 in float64, s^11 in float32: |s| <= 0.172, the next term is below the precision)."""
+    low part), sqrt(2), and ``LOG_TERMS`` coefficients 2/(2k+1) of 2 atanh(s) = log((1+s)/(1-s)) from the highest used
+    down to k = 0 (to s^23 in float64, s^11 in float32: |s| <= 0.172, the next term is below the precision), float32's
+    after six zeros. The zeros keep Horner's sum exactly at its first coefficient (0 z + 0 = 0, then 0 z + c = c), so
+    one loop of a constant count serves both dtypes: it unrolls, and the loop around it vectorises (a count read
+    from the array kept it scalar: the loss's 256 entries in float32 1.35 -> 0.51 us, as AVX2 on an Intel Xeon)."""
     top = 11 if ec.itemsize == 8 else 5
-    c = np.empty(top + 4, ec.dtype)
+    c = np.zeros(3 + LOG_TERMS, ec.dtype)
     c[0], c[1] = ec[1], ec[2]
     c[2] = math.sqrt(2.0)
     for k in range(top, -1, -1):
-        c[3 + top - k] = 2.0 / (2 * k + 1)
+        c[3 + LOG_TERMS - 1 - k] = 2.0 / (2 * k + 1)
     return c
 
 
@@ -151,7 +157,6 @@ def log1p(a, c, w, bits):
         bits[i] = f | ((bias - 1 if up else bias) << shift)
         w[i] = e + 1 if up else e
     m = bits.view(a.dtype)
-    n = c.shape[0]
     for i in range(a.shape[0]):
         x = a[i]
         u = one + x
@@ -159,7 +164,7 @@ def log1p(a, c, w, bits):
         s = f / (f + one + one)
         z = s * s
         p = c[3]
-        for k in range(4, n):
+        for k in range(4, 3 + LOG_TERMS):
             p = p * z + c[k]
         lg = w[i] * hi + (w[i] * lo + s * p)
         a[i] = x if u == one else lg * (x / (u - one))
