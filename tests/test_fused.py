@@ -135,7 +135,7 @@ def test_log1p(dtype: type, tol: float) -> None:
     """numerics.log1p against numpy's log1p (in float64) for x >= 0: from below the float's precision (where u = 1 + x
     rounds to 1) past 1e30, the cut at sqrt(2) - 1 on either side, and NaN."""
     x = np.concatenate([np.geomspace(1e-30, 1e30, 20000), [0.0, 1e-8, 0.41421354, 0.41421357, 1.0, 3.0]]).astype(dtype)
-    bits = np.empty(len(x), np.int32 if dtype == np.float32 else np.int64)
+    bits = numerics.int_scratch(x, len(x))
     y, w = x.copy(), np.empty_like(x)
     numerics.log1p(y, numerics.log_constants(numerics.exp_constants(dtype)), w, bits)
     ref = np.log1p(x.astype(np.float64))
@@ -153,11 +153,10 @@ def test_log1p_of_an_entry_is_the_same_wherever_it_lies(dtype: type) -> None:
     (``numerics.LOG_TERMS``), which leave Horner's sum at its first coefficient exactly."""
     x = (10.0 ** np.random.default_rng(1).uniform(-8, 4, 1003)).astype(dtype)
     lc = numerics.log_constants(numerics.exp_constants(dtype))
-    itype = np.int32 if dtype == np.float32 else np.int64
 
     def log1p(v: np.ndarray) -> np.ndarray:
         y = v.copy()
-        numerics.log1p(y, lc, np.empty_like(y), np.empty(len(y), itype))
+        numerics.log1p(y, lc, np.empty_like(y), numerics.int_scratch(y, len(y)))
         return y
 
     whole = log1p(x)
