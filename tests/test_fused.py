@@ -10,6 +10,7 @@ import torch
 
 from lengthgen import ENCODINGS, Config, draws, train
 from lengthgen.engine import numerics
+from lengthgen.engine import step as engine_step
 from lengthgen.model import Model
 from lengthgen.recipes import SMALL_STEPS
 from lengthgen.tables import TableStep
@@ -63,8 +64,6 @@ def test_compiled_step_matches_the_torch_step(encoding: str, residual: bool) -> 
 def test_rope_logits_by_table_and_by_lookup(vocab: int, batch: int, lookup: bool, residual: bool) -> None:
     """RoPE's logits as a table or key by key (``engine.step.by_lookup``, chosen by V^2 against the batch): both
     give the torch step's numbers (float64, 1e-12), on both sides of the switch."""
-    from lengthgen.engine import step as engine_step
-
     assert engine_step.by_lookup(engine_step.ROTATE, vocab, batch) == lookup
     c = Config(encoding="rope", residual=residual, dtype="float64", batch=batch, vocab=vocab, max_length=128)
     assert_same(*both_steps(c, [0, 1]), 1e-12)
@@ -177,6 +176,22 @@ def test_token_draws_are_torch_randint(high: int) -> None:
     assert torch.equal(ours.get_state(), theirs.get_state())
     strided = torch.empty(8, 6, dtype=torch.long)[:, ::2]
     assert torch.equal(draws.randint_(strided, high, ours), torch.randint(high, (8, 3), generator=theirs))
+
+
+@pytest.mark.parametrize("high", [16, 10, 2])
+def test_drawn_steps_are_torch_randint_as_the_step_reads_them(high: int) -> None:
+    """draws.draw_steps, into the step's own token type (two bytes), gives each member's batches in turn as
+    torch.randint from that member's generator, across refills of the 624 words, and leaves each state where
+    torch leaves it (its 32-bit words copied back into torch's 64-bit layout)."""
+    k, S, B, L = 5, 3, 64, 17  # 5 x 1088 draws a member: several refills, none on a batch's edge
+    gens = [torch.Generator().manual_seed(100 * high + s) for s in range(S)]
+    states = np.stack([draws.mt_state(g) for g in gens])
+    xs = np.zeros((k, S, B, L), engine_step.TOKENS)
+    draws.draw_steps(states, xs, high)
+    for s, g in enumerate(gens):
+        for i in range(k):
+            assert np.array_equal(xs[i, s], torch.randint(high, (B, L), generator=g).numpy()), (s, i)
+        assert np.array_equal(states[s], g.get_state().numpy()), s
 
 
 def test_working_arrays_and_drawn_blocks_start_on_a_cache_line() -> None:
