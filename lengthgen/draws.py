@@ -53,20 +53,33 @@ def _mt_temper(y):
 
 
 @njit(cache=True)
-def _mt_randint(state, out, high):
-    """out <- the next len(out) draws of torch.randint(high, ...) from the generator state ``state`` (uint8,
-    ``Generator.get_state``'s layout), advanced in place: each draw is the next tempered mt19937 word modulo
-    high (its low bits where high is a power of two, else the remainder by a float reciprocal and one correction,
-    exact for words < 2^32). The 624 words are copied into uint32 for the call and back after it: a vector then holds
-    twice as many of them as of torch's uint64. One batch of the default task (256 x 32 tokens, V 16, into the step's
-    uint16; ``draw_steps`` over 100 batches, min of seven; an Intel Xeon, three rounds alternated): in uint64 words
-    4.07-4.69 us natively, 6.01-6.87 us as AVX2; in uint32 words 2.62-2.77 and 3.37-3.48 us."""
+def _mt_load(state, words, place):
+    """words (624,) uint32 <- the generator state's words (``state``: uint8, ``Generator.get_state``'s layout, whose
+    uint64 words hold 32 bits: in uint32 a vector holds twice as many), place (2,) int64 <- its (words left + 1, next
+    word)."""
     state_words = state[24:24 + 8 * _MT_N].view(np.uint64)
-    words = np.empty(_MT_N, np.uint32)
     for i in range(_MT_N):
         words[i] = np.uint32(state_words[i])
-    left = np.int64(state[8:12].view(np.int32)[0])
-    at = np.int64(state[16:24].view(np.uint64)[0])
+    place[0] = state[8:12].view(np.int32)[0]
+    place[1] = state[16:24].view(np.uint64)[0]
+
+
+@njit(cache=True)
+def _mt_store(state, words, place):
+    """The generator state ``state`` <- words and place, as ``_mt_load`` read them."""
+    state_words = state[24:24 + 8 * _MT_N].view(np.uint64)
+    for i in range(_MT_N):
+        state_words[i] = np.uint64(words[i])
+    state[8:12].view(np.int32)[0] = place[0]
+    state[16:24].view(np.uint64)[0] = place[1]
+
+
+@njit(cache=True)
+def _mt_draw(words, place, out, high):
+    """out <- the next len(out) draws of torch.randint(high, ...) from mt19937's words and place (``_mt_load``),
+    advanced in place: each draw is the next tempered word modulo high (its low bits where high is a power of two,
+    else the remainder by a float reciprocal and one correction, exact for words < 2^32)."""
+    left, at = place[0], place[1]
     inv = 1.0 / high
     pow2 = (high & (high - 1)) == 0
     mask = np.uint32(high - 1)
@@ -89,10 +102,17 @@ def _mt_randint(state, out, high):
         left -= c
         at += c
         k += c
-    for i in range(_MT_N):
-        state_words[i] = np.uint64(words[i])
-    state[8:12].view(np.int32)[0] = left
-    state[16:24].view(np.uint64)[0] = at
+    place[0], place[1] = left, at
+
+
+@njit(cache=True)
+def _mt_randint(state, out, high):
+    """out <- the next len(out) draws of torch.randint(high, ...) from the generator state ``state`` (uint8,
+    ``Generator.get_state``'s layout), advanced in place (``_mt_draw`` on its words in uint32)."""
+    words, place = np.empty(_MT_N, np.uint32), np.empty(2, np.int64)
+    _mt_load(state, words, place)
+    _mt_draw(words, place, out, high)
+    _mt_store(state, words, place)
 
 
 def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.Tensor:
@@ -109,7 +129,7 @@ def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.
 
 
 def mt_state(generator: torch.Generator) -> np.ndarray | None:
-    """The generator's state as ``_mt_randint`` reads it (uint8, ``Generator.get_state``'s layout, a copy), or
+    """The generator's state as ``_mt_load`` reads it (uint8, ``Generator.get_state``'s layout, a copy), or
     None where it cannot (not torch's CPU mt19937 layout)."""
     state = generator.get_state()
     if generator.device.type != "cpu" or state.numel() != _MT_STATE_BYTES:
@@ -121,8 +141,20 @@ def mt_state(generator: torch.Generator) -> np.ndarray | None:
 def draw_steps(states, xs, high):
     """xs (k, S, B, L) <- k steps of batches: member s's tokens of each step drawn from its mt19937 state
     ``states[s]`` (advanced in place), as ``_mt_randint``; xs of any integer type that holds tokens below ``high``
-    (the compiled step's ``engine.step.TOKENS``)."""
+    (the compiled step's ``engine.step.TOKENS``). Each state's words are read into uint32 once for the call
+    (``_mt_load``) and written back once after it.
+
+    One batch of the default task (256 x 32 tokens, V 16, into the step's uint16; 100 batches a call, min of seven;
+    an Intel Xeon, three rounds alternated): in torch's uint64 words 4.07-4.69 us natively, 6.01-6.87 us as AVX2;
+    in uint32 words 2.62-2.77 and 3.37-3.48 us read and written back for each batch; read once a call, 2.19-2.38
+    and 2.81-3.01 us against 2.33-2.60 and 3.04-3.23 us for each batch (three more rounds alternated, a quicker
+    hour)."""
     k, S, B, L = xs.shape
+    words, place = np.empty((S, _MT_N), np.uint32), np.empty((S, 2), np.int64)
+    for s in range(S):
+        _mt_load(states[s], words[s], place[s])
     for i in range(k):
         for s in range(S):
-            _mt_randint(states[s], xs[i, s].reshape(B * L), high)
+            _mt_draw(words[s], place[s], xs[i, s].reshape(B * L), high)
+    for s in range(S):
+        _mt_store(states[s], words[s], place[s])
