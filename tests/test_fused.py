@@ -69,6 +69,16 @@ def test_rope_logits_by_table_and_by_lookup(vocab: int, batch: int, lookup: bool
     assert_same(*both_steps(c, [0, 1]), 1e-12)
 
 
+@pytest.mark.parametrize("encoding", ["rope", "ape"])
+@pytest.mark.parametrize("batch", [7, 50, 257])
+def test_batches_that_are_not_a_multiple_of_four(encoding: str, batch: int) -> None:
+    """The attention scatters into the token masses four sequences at a time: the last batch % 4 sequences take the
+    loop after (float64, 1e-12 of the torch step; batch 7 and 50 by lookup for RoPE, 257 by the table)."""
+    c = Config(encoding=encoding, dtype="float64", batch=batch, max_length=128)
+    assert engine_step.by_lookup(engine_step.ROTATE, c.vocab, batch) == (batch < 64)
+    assert_same(*both_steps(c, [0, 1]), 1e-12)
+
+
 @pytest.mark.parametrize("encoding", ["rope", "ape", "alibi"])
 def test_compiled_step_with_variable_lengths(encoding: str) -> None:
     c = Config(encoding=encoding, dtype="float64", batch=32, min_train_length=9, train_length=20, max_length=64)
