@@ -387,15 +387,16 @@ def _attention(xs, setup, work):
         jstep = 0 if kind == NONE else VV
         top[:] = -np.inf
         nr4 = nT // V // 4 * 4
+        # (indices are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build this
+        # loop of element inserts and took 2 us of the block's 15 as AVX2; see benchmarks/README.md)
         for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
             for a in range(V):
-                m01 = max(T[r * V + a], T[(r + 1) * V + a])
-                m23 = max(T[(r + 2) * V + a], T[(r + 3) * V + a])
+                m01 = max(T[np.uint64(r * V + a)], T[np.uint64((r + 1) * V + a)])
+                m23 = max(T[np.uint64((r + 2) * V + a)], T[np.uint64((r + 3) * V + a)])
                 top[a] = max(top[a], max(m01, m23))
         for r in range(nr4, nT // V):
             for a in range(V):
-                top[a] = max(top[a], T[r * V + a])
-        # (indices read from arrays are cast to unsigned: numba then skips its fix-up of negative indices)
+                top[a] = max(top[a], T[np.uint64(r * V + a)])
         for i in range(B):
             a = query[i]
             shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
