@@ -167,7 +167,9 @@ def log1p(a, c, w, bits):
         for k in range(4, 3 + LOG_TERMS):
             p = p * z + c[k]
         lg = w[i] * hi + (w[i] * lo + s * p)
-        a[i] = x if u == one else lg * (x / (u - one))
+        w[i] = x if u == one else lg * (x / (u - one))
+    for i in range(a.shape[0]):  # (into w, then a: a select stored where one side was loaded becomes a masked store)
+        a[i] = w[i]
 
 
 _LANE = tuple(np.uint64(k) for k in range(9))  # unsigned offsets: numba fixes up no negative index in dot8

@@ -114,7 +114,7 @@ class StepArrays(NamedTuple):
     cst: np.ndarray  # (3,) 1, 1/sqrt(d), 2^-60 (float32) or 2^-600 (float64): where a softmax is redone
     lc: np.ndarray  # ``numerics.log_constants``
     ones: np.ndarray  # (1, max(L, V)) ones (a row sum as a dot product)
-    ratio: np.ndarray  # (B,) the others' probability over the target's, then its log1p
+    ratio: np.ndarray  # (B,) the argmax's index so far, then the others' probability over the target's, then its log1p
     w: np.ndarray  # (B,) log1p's float scratch
     bits: np.ndarray  # (B,) log1p's integer scratch, as wide as the floats
     X: np.ndarray  # (nX, d) token rows, then position rows
@@ -129,7 +129,7 @@ class StepArrays(NamedTuple):
     CD: np.ndarray  # (d, V^2) RoPE: per rotation pair, the cos and sin coefficients of T (1 column by lookup)
     Qr: np.ndarray  # (V L, d) RoPE by lookup: the query of token a turned for key position j (row a L + j), else (1, d)
     TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
-    top: np.ndarray  # (V,) the largest table entry of each query token's column
+    top: np.ndarray  # (2, V) the largest table entry of each query token's column (in either row: ``_attention``)
     query: np.ndarray  # (B,) int64 the query token a_i = x_i,L-1 of each sequence
     at_ij: np.ndarray  # (B, L) int32 the table entry of key j of sequence i
     lg: np.ndarray  # (B, L) the attention logits, then the attention weights attn
@@ -138,9 +138,8 @@ class StepArrays(NamedTuple):
     yt: np.ndarray  # (V, B) the logits y, transposed
     E: np.ndarray  # (V, B) exp(y - max y), then the gradient by the logits g, transposed
     rowtop: np.ndarray  # (B,) max y, then 1 / (B sum exp)
-    pick: np.ndarray  # (B,) int64 the prediction (argmax y)
-    sums: np.ndarray  # (B,) sum exp(y - max y), then sum_j attn_j g_attn_j
-    rest: np.ndarray  # (B,) the other classes' share of sums
+    sums: np.ndarray  # (B,) the argmax's maximum so far, then sum exp(y - max y), then sum_j attn_j g_attn_j
+    rest: np.ndarray  # (B,) the argmax's index so far, then the other classes' share of sums
     gYv: np.ndarray  # (nX, V) dloss/dYv
     gR: np.ndarray  # (V, V) dloss/dR
     gM: np.ndarray  # (V, B) dloss/dmass
@@ -227,9 +226,9 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         X=empty((nX, d), dt), A=empty((nX, Y), dt), K=empty((nX, d), dt), QT=empty((d, V), dt),
         Av=empty((nX, d), dt), U=empty((d, V), dt), WoU=empty((d, V), dt), Yv=empty((nX, V), dt),
         T=empty(nT, dt), CD=empty((d, nC), dt), Qr=empty((nQ, d), dt), TP=empty((nX, V), dt),
-        top=empty(V, dt), query=empty(B, np.int64),
+        top=empty((2, V), dt), query=empty(B, np.int64),
         at_ij=empty((B, L), np.int32), lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
-        yt=empty((V, B), dt), E=empty((V, B), dt), rowtop=empty(B, dt), pick=empty(B, np.int64),
+        yt=empty((V, B), dt), E=empty((V, B), dt), rowtop=empty(B, dt),
         sums=empty(B, dt), rest=empty(B, dt),
         gYv=empty((nX, V), dt), gR=empty((V, V), dt), gM=empty((V, B), dt), gP=empty((B, L), dt),
         gT=empty(nT, dt), gCD=empty((nC, d), dt), gQr=empty((nQ, d), dt),
@@ -367,7 +366,7 @@ def _attention(xs, setup, work):
     kept in ``work.query`` for the blocks after this one.
     """
     kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    ones, T, top, query, at_ij, lg = work.ones, work.T, work.top, work.query, work.at_ij, work.lg
+    ones, T, tops, query, at_ij, lg = work.ones, work.T, work.top, work.query, work.at_ij, work.lg
     mass = work.mass
     one = work.cst[0]
     low = work.cst[2]
@@ -386,6 +385,9 @@ def _attention(xs, setup, work):
         VV = V * V
         nT = VV if kind == NONE else L * VV
         jstep = 0 if kind == NONE else VV
+        # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
+        # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
+        top, top_next = tops[0], tops[1]
         top[:] = -np.inf
         nr4 = nT // V // 4 * 4
         # (indices are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build this
@@ -394,10 +396,12 @@ def _attention(xs, setup, work):
             for a in range(V):
                 m01 = max(T[np.uint64(r * V + a)], T[np.uint64((r + 1) * V + a)])
                 m23 = max(T[np.uint64((r + 2) * V + a)], T[np.uint64((r + 3) * V + a)])
-                top[a] = max(top[a], max(m01, m23))
+                top_next[a] = max(top[a], max(m01, m23))
+            top, top_next = top_next, top
         for r in range(nr4, nT // V):
             for a in range(V):
-                top[a] = max(top[a], T[np.uint64(r * V + a)])
+                top_next[a] = max(top[a], T[np.uint64(r * V + a)])
+            top, top_next = top_next, top
         for i in range(B):
             a = query[i]
             shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
@@ -470,26 +474,36 @@ def _loss(ts, setup, work):
         loss = (1/B) sum_i -log p_t,   -log p_t = log(1 + sum_(c != t) e^(y_c - y_t)),   p = softmax(y)
         g_i = dloss/dy_i = (p_i - onehot(t_i)) / B,   prediction = argmax y_i (the first maximum)
 
-    Each loop runs along the batch (selects, not branches: the argmax's would mispredict on fresh data).
+    Each loop runs along the batch (selects, not branches: the argmax's would mispredict on fresh data). The
+    argmax keeps its running maximum and index in two pairs of arrays, read from one and written to the other
+    (``rowtop`` / ``sums`` and ``ratio`` / ``rest``, free until later): LLVM compiles a select stored back where one
+    side was loaded into a masked store (AVX's vmaskmovps), which AMD's Zen 1-3 run as microcode, 42 uops.
     """
     V, ec = setup.V, setup.ec
     lc, ratio, w, bits, yt, E = work.lc, work.ratio, work.w, work.bits, work.yt, work.E
-    rowtop, pick, sums, rest = work.rowtop, work.pick, work.sums, work.rest
+    rowtop, sums, rest = work.rowtop, work.sums, work.rest
     one = work.cst[0]
     zero = one - one
     B, L = work.lg.shape
+    top, top_next, at, at_next = rowtop, sums, ratio, rest  # the maximum so far and its index (as a float)
     for i in range(B):
-        rowtop[i] = yt[0, i]
-    pick[:] = 0
+        top[i] = yt[0, i]
+        at[i] = zero
+    c_f = zero
     for c in range(1, V):
+        c_f += one
         for i in range(B):  # the first maximum, as argmax
             y = yt[c, i]
-            up = y > rowtop[i]
-            rowtop[i] = y if up else rowtop[i]
-            pick[i] = c if up else pick[i]
+            up = y > top[i]
+            top_next[i] = y if up else top[i]
+            at_next[i] = c_f if up else at[i]
+        top, top_next, at, at_next = top_next, top, at_next, at
+    if V % 2 == 0:  # an odd number of steps: the maximum is in sums
+        for i in range(B):
+            rowtop[i] = sums[i]
     hits = 0
     for i in range(B):
-        hits += pick[i] == ts[i]
+        hits += at[i] == ts[i]
     for c in range(V):
         for i in range(B):
             E[c, i] = yt[c, i] - rowtop[i]
