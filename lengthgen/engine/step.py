@@ -131,10 +131,9 @@ class StepArrays(NamedTuple):
     TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
     top: np.ndarray  # (2, V) the largest table entry of each query token's column (in either row: ``_attention``)
     query: np.ndarray  # (B,) int64 the query token a_i = x_i,L-1 of each sequence
-    at_ij: np.ndarray  # (B, L) int32 the table entry of key j of sequence i
     lg: np.ndarray  # (B, L) the attention logits, then the attention weights attn
     mass: np.ndarray  # (V, B) the attention on each token
-    Z: np.ndarray  # (V, V) Yv[:V]^T, contiguous
+    Z: np.ndarray  # (V, V) Yv[:V]^T, contiguous, then R^T: R[a, c] = (E_a + P_(L-1)) U[:, c] (``_logits``)
     yt: np.ndarray  # (V, B) the logits y, transposed
     E: np.ndarray  # (V, B) exp(y - max y), then the gradient by the logits g, transposed
     rowtop: np.ndarray  # (B,) max y, then 1 / (B sum exp)
@@ -165,7 +164,7 @@ class WorkType(types.StructRef):
 
 
 class Work(structref.StructRefProxy):
-    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 44 arrays) instead of a
+    """The ``StepArrays`` as compiled code receives them: one reference (a pointer to the 43 arrays) instead of a
     tuple, whose arrays numba passes as over 300 separate arguments to every function and unpacks in each one's
     Python wrapper. Measured on a 2-core AMD EPYC, from an empty cache: a trivial compiled function of (setup,
     StepArrays) took 0.64 s to compile (0.47 s of it LLVM), of (setup, Work) 0.11 s; the first training call of a
@@ -227,7 +226,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         Av=empty((nX, d), dt), U=empty((d, V), dt), WoU=empty((d, V), dt), Yv=empty((nX, V), dt),
         T=empty(nT, dt), CD=empty((d, nC), dt), Qr=empty((nQ, d), dt), TP=empty((nX, V), dt),
         top=empty((2, V), dt), query=empty(B, np.int64),
-        at_ij=empty((B, L), np.int32), lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
+        lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
         yt=empty((V, B), dt), E=empty((V, B), dt), rowtop=empty(B, dt),
         sums=empty(B, dt), rest=empty(B, dt),
         gYv=empty((nX, V), dt), gR=empty((V, V), dt), gM=empty((V, B), dt), gP=empty((B, L), dt),
@@ -366,12 +365,14 @@ def _attention(xs, setup, work):
     kept in ``work.query`` for the blocks after this one.
     """
     kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    ones, T, tops, query, at_ij, lg = work.ones, work.T, work.top, work.query, work.at_ij, work.lg
+    ones, T, tops, query, lg = work.ones, work.T, work.top, work.query, work.lg
     mass = work.mass
     one = work.cst[0]
     low = work.cst[2]
     B, L = work.lg.shape
     lookup = by_lookup(kind, V, B)
+    VV = V * V
+    jstep = 0 if kind == NONE else VV  # key j of token b for query token a: entry j jstep + b V + a of T
     for i in range(B):
         query[i] = xs[i, L - 1]
     if lookup:
@@ -382,9 +383,7 @@ def _attention(xs, setup, work):
                 lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
             _less_row_max(lg, i)
     else:
-        VV = V * V
         nT = VV if kind == NONE else L * VV
-        jstep = 0 if kind == NONE else VV
         # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
         # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
         top, top_next = tops[0], tops[1]
@@ -405,17 +404,15 @@ def _attention(xs, setup, work):
         for i in range(B):
             a = query[i]
             shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
-            for j in range(L):
-                at_ij[i, j] = np.int32(j * jstep + xs[i, j] * V + a)  # the table entry of key j (int32: see above)
-            for j in range(L):
-                lg[i, j] = T[np.uint32(at_ij[i, j])] - shift
+            for j in range(L):  # (the entries' indices are not stored: _backward_softmax computes them again)
+                lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
     exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
     for i in range(B):
         tot = dot8(lg, i, 0, ones, 0, 0, L)
         if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
-                lg[i, j] = T[np.uint32(at_ij[i, j])]
+                lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + query[i])]
             _less_row_max(lg, i)
             exp_neg(lg[i], ec)
             tot = dot8(lg, i, 0, ones, 0, 0, L)
@@ -458,12 +455,14 @@ def _logits(setup, work):
         for c in range(V):
             for i in range(B):
                 yt[c, i] += gM[c, i]
-    if residual:  # along the batch, by rows of yt (2.5 -> 1.6 us at V 16, batch 256, float32, on an Intel Xeon as AVX2)
+    if residual:  # along the batch, by rows of yt and of R^T (copied into Z: no multiply by A's row width per read)
         for c in range(V):
             col = 3 * d + c
+            for a in range(V):
+                Z[c, a] = A[a, col] + A[at, col] if has_rows else A[a, col]
+        for c in range(V):
             for i in range(B):
-                a = np.uint64(query[i])
-                yt[c, i] += A[a, col] + A[at, col] if has_rows else A[a, col]
+                yt[c, i] += Z[c, np.uint64(query[i])]
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
@@ -575,7 +574,7 @@ def _backward_softmax(xs, setup, work):
         by lookup (RoPE, ``by_lookup``): dQr[a_i L + j] += ds_ij k(x_ij),   dk(x_ij) += ds_ij Qr[a_i L + j]  (into gX)
     """
     kind, V, d = setup.kind, setup.V, setup.d
-    query, at_ij, lg, sums, gM, gP, gT = work.query, work.at_ij, work.lg, work.sums, work.gM, work.gP, work.gT
+    query, lg, sums, gM, gP, gT = work.query, work.lg, work.sums, work.gM, work.gP, work.gT
     B, L = work.lg.shape
     has_rows = kind == ROWS
     if by_lookup(kind, V, B):
@@ -594,18 +593,22 @@ def _backward_softmax(xs, setup, work):
                 for k in range(d):
                     gK[b, k] += ds * Qr[r, k]
         return
+    jstep = 0 if kind == NONE else V * V  # key j of token b for query token a: entry j jstep + b V + a of T
     gT[:] = 0
     for i in range(B):
         dot = sums[i]
+        a = query[i]
         if has_rows:
             dot += dot8(lg, i, 0, gP, i, 0, L)
             for j in range(L):
-                t = gM[np.uint64(xs[i, j]), i] + gP[i, j]
-                gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+                b = xs[i, j]
+                t = gM[np.uint64(b), i] + gP[i, j]
+                gT[np.uint64(j * jstep + b * V + a)] += lg[i, j] * t - lg[i, j] * dot
         else:
             for j in range(L):
-                t = gM[np.uint64(xs[i, j]), i]
-                gT[np.uint32(at_ij[i, j])] += lg[i, j] * t - lg[i, j] * dot
+                b = xs[i, j]
+                t = gM[np.uint64(b), i]
+                gT[np.uint64(j * jstep + b * V + a)] += lg[i, j] * t - lg[i, j] * dot
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
