@@ -23,13 +23,19 @@ def torch_step(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
 
 
-def both_steps(c: Config, seeds: list[int], scale_queries: float = 1.0) -> tuple[tuple, tuple]:
-    """(loglik, correct, grad) of one step of the compiled and of the torch path on the same buffer and batch."""
+def step_and_batch(c: Config, seeds: list[int], scale_queries: float) -> tuple[TableStep, torch.Tensor, torch.Tensor]:
+    """The table step of config c, the members' parameter buffer (their queries scaled by ``scale_queries``) and
+    the first training batch of the seeds."""
     model = Model(c, seeds)
     step = TableStep(c, model.encoding, c.train_length)
     buf = step.pack(model)
     step.views(buf)["layers.0.wq"].mul_(scale_queries)
-    x = TrainStream(c, seeds).next()
+    return step, buf, TrainStream(c, seeds).next()
+
+
+def both_steps(c: Config, seeds: list[int], scale_queries: float = 1.0) -> tuple[tuple, tuple]:
+    """(loglik, correct, grad) of one step of the compiled and of the torch path on the same buffer and batch."""
+    step, buf, x = step_and_batch(c, seeds, scale_queries)
     offsets = torch.tensor([c.offset + (s % 2) for s in range(len(seeds))])  # members may differ in offset
     target = x.gather(-1, (x.shape[-1] - 1 - offsets).view(-1, 1, 1).expand(len(seeds), x.shape[1], 1))
     assert step.compiled
@@ -85,13 +91,32 @@ def test_compiled_step_with_variable_lengths(encoding: str) -> None:
     assert_same(*both_steps(c, [3, 4]), 1e-12)
 
 
-@pytest.mark.parametrize("dtype,tol", [("float64", 1e-12), ("float32", 1e-4)])
-def test_sequences_far_below_their_column_maximum(dtype: str, tol: float) -> None:
-    """Queries scaled up 300 times: attention logits spread over hundreds, so that some sequences lie far below
-    the largest entry of their query's column (the exponentials would underflow) and are redone with their
-    own maximum; the result is still the torch step's."""
-    c = Config(dtype=dtype, batch=64)
-    compiled, plain = both_steps(c, [0, 1], scale_queries=300.0)
+def far_below(c: Config, seeds: list[int], scale_queries: float) -> int:
+    """How many sequences of ``both_steps``' batch have their attention logits so far below the largest entry of
+    their query token's column of the table that the sum of their exponentials, shifted by that entry, lies under
+    2^-60 (float32) or 2^-600 (float64): those the compiled step redoes with their own maximum."""
+    step, buf, x = step_and_batch(c, seeds, scale_queries)
+    with torch.inference_mode():
+        _, saved = step.forward(buf, x)
+    T, index = saved["T"], saved["index"]  # (S, entries of the table), (S, B L): each key's entry
+    top = T.view(T.shape[0], -1, c.vocab).amax(1)  # (S, V): the largest entry of each query token's column
+    shifted = T.gather(1, index).view(x.shape) - top.gather(1, x[..., -1])[..., None]
+    low = 2.0 ** (-60 if c.dtype == "float32" else -600)
+    return int((shifted.exp().sum(-1) < low).sum())
+
+
+@pytest.mark.parametrize("encoding", ["rope", "ape", "nope"])
+@pytest.mark.parametrize("dtype,tol,scale", [("float64", 1e-12, 1e5), ("float32", 1e-4, 1e4)])
+def test_sequences_far_below_their_column_maximum(dtype: str, tol: float, scale: float, encoding: str) -> None:
+    """Queries scaled up 10^4 times (10^5 in float64): attention logits spread over thousands, so that some sequences
+    lie far below the largest entry of their query token's column (the exponentials would underflow) and are redone
+    with their own maximum, each key's table entry found again from its position, token and query token (a table by
+    position for RoPE and APE, one entry per token pair for NoPE); the result is still the torch step's. (At 300
+    times, as this test had it until the fifteenth session, no RoPE sequence lay that far below: the redo went
+    untested. A redo that reads the entries of another query token now fails every case.)"""
+    c = Config(encoding=encoding, dtype=dtype, batch=64)
+    assert far_below(c, [0, 1], scale) > 0  # the redo is exercised
+    compiled, plain = both_steps(c, [0, 1], scale_queries=scale)
     assert_same(compiled, plain, tol)
 
 
