@@ -23,21 +23,31 @@ def torch_step(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(TableStep, "compiled", property(lambda self: False))
 
 
-def step_and_batch(c: Config, seeds: list[int], scale_queries: float) -> tuple[TableStep, torch.Tensor, torch.Tensor]:
-    """The table step of config c, the members' parameter buffer (their queries scaled by ``scale_queries``) and
-    the first training batch of the seeds."""
+def step_and_batch(c: Config, seeds: list[int], scale_queries: float = 1.0, scale_readout: float = 1.0
+                   ) -> tuple[TableStep, torch.Tensor, torch.Tensor]:
+    """The table step of config c, the members' parameter buffer (their queries scaled by ``scale_queries``, their
+    read-out by ``scale_readout``) and the first training batch of the seeds."""
     model = Model(c, seeds)
     step = TableStep(c, model.encoding, c.train_length)
     buf = step.pack(model)
     step.views(buf)["layers.0.wq"].mul_(scale_queries)
+    step.views(buf)["unembed"].mul_(scale_readout)
     return step, buf, TrainStream(c, seeds).next()
 
 
-def both_steps(c: Config, seeds: list[int], scale_queries: float = 1.0) -> tuple[tuple, tuple]:
+def targets_of(c: Config, x: torch.Tensor) -> torch.Tensor:
+    """(S, B, 1) the targets of batch x (S, B, L): member s retrieves offset c.offset + (s mod 2) (members may differ
+    in offset)."""
+    S = x.shape[0]
+    offsets = torch.tensor([c.offset + (s % 2) for s in range(S)])
+    return x.gather(-1, (x.shape[-1] - 1 - offsets).view(-1, 1, 1).expand(S, x.shape[1], 1))
+
+
+def both_steps(c: Config, seeds: list[int], scale_queries: float = 1.0, scale_readout: float = 1.0
+               ) -> tuple[tuple, tuple]:
     """(loglik, correct, grad) of one step of the compiled and of the torch path on the same buffer and batch."""
-    step, buf, x = step_and_batch(c, seeds, scale_queries)
-    offsets = torch.tensor([c.offset + (s % 2) for s in range(len(seeds))])  # members may differ in offset
-    target = x.gather(-1, (x.shape[-1] - 1 - offsets).view(-1, 1, 1).expand(len(seeds), x.shape[1], 1))
+    step, buf, x = step_and_batch(c, seeds, scale_queries, scale_readout)
+    target = targets_of(c, x)
     assert step.compiled
     with torch.inference_mode():
         compiled = step(buf, x, target)
@@ -117,6 +127,23 @@ def test_sequences_far_below_their_column_maximum(dtype: str, tol: float, scale:
     c = Config(encoding=encoding, dtype=dtype, batch=64)
     assert far_below(c, [0, 1], scale) > 0  # the redo is exercised
     compiled, plain = both_steps(c, [0, 1], scale_queries=scale)
+    assert_same(compiled, plain, tol)
+
+
+@pytest.mark.parametrize("dtype,tol,scale", [("float64", 1e-12, 1e4), ("float32", 1e-4, 1e3)])
+def test_targets_whose_probability_underflows(dtype: str, tol: float, scale: float) -> None:
+    """The read-out scaled up 10^3 times (10^4 in float64): logits spread over thousands, so that the target's
+    exponential, shifted by the largest logit, underflows to 0 (below -87.3 in float32, -708.4 in float64: where
+    ``numerics.exp_neg`` returns 0) for most sequences. The loss then takes log(the others' share) - (y_t - max y)
+    instead of log1p(others / E_t), and the target's gradient minus the others' probability; the result is still
+    the torch step's (log-softmax)."""
+    c = Config(dtype=dtype, batch=64)
+    step, buf, x = step_and_batch(c, [0, 1], scale_readout=scale)
+    with torch.inference_mode():
+        y, _ = step.forward(buf, x)
+    gap = y.gather(-1, targets_of(c, x))[..., 0] - y.amax(-1)  # (S, B): y_t - max y
+    assert (gap < (-87.3 if dtype == "float32" else -708.4)).sum() > 0  # the underflow's branch is exercised
+    compiled, plain = both_steps(c, [0, 1], scale_readout=scale)
     assert_same(compiled, plain, tol)
 
 
