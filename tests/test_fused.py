@@ -147,6 +147,17 @@ def test_targets_whose_probability_underflows(dtype: str, tol: float, scale: flo
     assert_same(compiled, plain, tol)
 
 
+@pytest.mark.parametrize("vocab", [15, 16])
+def test_odd_and_even_vocabularies(vocab: int) -> None:
+    """The loss's argmax alternates its running maximum between two arrays, one swap per class after the first: with
+    an even vocabulary the maximum ends in the second and is copied back, with an odd one it ends in the first. Both
+    give the torch step's loss, predictions and gradient. (The read-out is scaled up 100 times: the logits then
+    spread over tens, and a shift by a maximum that missed the last class would pass ``numerics.exp_neg`` positive
+    arguments far outside its range; at the initial logits' spread, under one, such a shift changes only roundings.)"""
+    c = Config(vocab=vocab, dtype="float64", batch=64)
+    assert_same(*both_steps(c, [0, 1], scale_readout=100.0), 1e-12)
+
+
 def test_float32_step_within_rounding() -> None:
     c = Config(batch=256)
     assert_same(*both_steps(c, [0, 1]), 1e-5)
