@@ -158,6 +158,17 @@ def test_odd_and_even_vocabularies(vocab: int) -> None:
     assert_same(*both_steps(c, [0, 1], scale_readout=100.0), 1e-12)
 
 
+@pytest.mark.parametrize("vocab", [7, 15])
+def test_column_maxima_over_a_number_of_rows_not_a_multiple_of_four(vocab: int) -> None:
+    """The attention takes each query token's column maximum over the table's rows of V entries four rows at a time,
+    then the last rows one by one. NoPE's table has V rows, here 7 and 15: 3 left over. With the queries scaled up
+    300 times the logits spread over tens to hundreds, and a maximum that missed the last rows would pass
+    ``numerics.exp_neg`` positive arguments outside its range; the result is still the torch step's. (With the last
+    rows skipped this fails; tables by position, whose last rows hold the query's own position, did not show it.)"""
+    c = Config(encoding="nope", vocab=vocab, dtype="float64", batch=64)
+    assert_same(*both_steps(c, [0, 1], scale_queries=300.0), 1e-12)
+
+
 def test_float32_step_within_rounding() -> None:
     c = Config(batch=256)
     assert_same(*both_steps(c, [0, 1]), 1e-5)
