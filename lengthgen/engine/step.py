@@ -81,6 +81,14 @@ def by_lookup(kind, V, B):
     return kind == ROTATE and V * V > LOOKUP_RATIO * B
 
 
+@njit(cache=True, inline="always")
+def position_step(kind, V):
+    """How far apart the table T holds the entries of two neighbouring key positions: key j holding token b, for the
+    query token a, is entry j position_step + b V + a (V^2; 0 without positions, NoPE's T[b, a]). The blocks compute
+    each key's entry where they read it (``_attention``) or add to it (``_backward_softmax``) rather than store it."""
+    return 0 if kind == NONE else V * V
+
+
 class StepSetup(NamedTuple):
     """What a table step needs besides the parameters and the batch, fixed for a model, a length L and a dtype
     (``tables.TableStep``'s compiled setup)."""
@@ -371,8 +379,7 @@ def _attention(xs, setup, work):
     low = work.cst[2]
     B, L = work.lg.shape
     lookup = by_lookup(kind, V, B)
-    VV = V * V
-    jstep = 0 if kind == NONE else VV  # key j of token b for query token a: entry j jstep + b V + a of T
+    jstep = position_step(kind, V)
     for i in range(B):
         query[i] = xs[i, L - 1]
     if lookup:
@@ -383,7 +390,7 @@ def _attention(xs, setup, work):
                 lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
             _less_row_max(lg, i)
     else:
-        nT = VV if kind == NONE else L * VV
+        nT = V * V if kind == NONE else L * V * V
         # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
         # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
         top, top_next = tops[0], tops[1]
@@ -404,7 +411,7 @@ def _attention(xs, setup, work):
         for i in range(B):
             a = query[i]
             shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
-            for j in range(L):  # (the entries' indices are not stored: _backward_softmax computes them again)
+            for j in range(L):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
     exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
@@ -593,7 +600,7 @@ def _backward_softmax(xs, setup, work):
                 for k in range(d):
                     gK[b, k] += ds * Qr[r, k]
         return
-    jstep = 0 if kind == NONE else V * V  # key j of token b for query token a: entry j jstep + b V + a of T
+    jstep = position_step(kind, V)
     gT[:] = 0
     for i in range(B):
         dot = sums[i]
