@@ -229,6 +229,23 @@ def test_log1p(dtype: type, tol: float) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 5, 8, 13, 32, 37])
+def test_row_totals_are_dot8_against_ones(dtype: type, n: int) -> None:
+    """numerics.lane_totals then row_total give each row's sum the bits of dot8 of the row against ones (the
+    attention's row sums before and after they were split in two passes), for lengths below, at and past eight and
+    not a multiple of it; and a sum in another order would differ somewhere in these rows."""
+    a = np.random.default_rng(n).exponential(1.0, (64, n)).astype(dtype)
+    ones = np.ones((1, n), dtype)
+    lanes = np.full((64, 8), np.nan, dtype)
+    numerics.lane_totals(a, lanes)
+    got = np.array([numerics.row_total(a, lanes, i) for i in range(64)], dtype)
+    want = np.array([numerics.dot8(a, i, 0, ones, 0, 0, n) for i in range(64)], dtype)
+    assert np.array_equal(got, want)
+    if n >= 13:  # plain left-to-right sums round differently from the eight lanes in some of the 64 rows
+        assert not np.array_equal(want, np.array([sum(row[1:], row[0]) for row in a], dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_log1p_of_an_entry_is_the_same_wherever_it_lies(dtype: type) -> None:
     """numerics.log1p gives an entry the same bits alone, in the vectorised body of a long array, or in the loop
     that ends it (each start offset 0-8): the loss's log-likelihood then does not depend on the batch's size or on

@@ -45,7 +45,7 @@ from numba.experimental import structref
 from numba.extending import intrinsic
 
 from .matmul import lane_sums, matmul, matmul_t
-from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, log1p, log_constants
+from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, lane_totals, log1p, log_constants, row_total
 
 # How the attention logit table is made (tables.TableStep's cases):
 ROTATE = 0  # RoPE: T[j, b, a] = trig[j] . CD[:, b, a]
@@ -144,6 +144,7 @@ class StepArrays(NamedTuple):
     Z: np.ndarray  # (V, V) Yv[:V]^T, contiguous, then R^T: R[a, c] = (E_a + P_(L-1)) U[:, c] (``_logits``)
     yt: np.ndarray  # (V, B) the logits y, transposed
     E: np.ndarray  # (V, B) exp(y - max y), then the gradient by the logits g, transposed
+    lanes: np.ndarray  # (B, 8) the attention's row sums in eight lanes (``numerics.lane_totals``)
     rowtop: np.ndarray  # (B,) max y, then 1 / (B sum exp)
     sums: np.ndarray  # (B,) the argmax's maximum so far, then sum exp(y - max y), then sum_j attn_j g_attn_j
     rest: np.ndarray  # (B,) the argmax's index so far, then the other classes' share of sums
@@ -235,7 +236,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         T=empty(nT, dt), CD=empty((d, nC), dt), Qr=empty((nQ, d), dt), TP=empty((nX, V), dt),
         top=empty((2, V), dt), query=empty(B, np.int64),
         lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
-        yt=empty((V, B), dt), E=empty((V, B), dt), rowtop=empty(B, dt),
+        yt=empty((V, B), dt), E=empty((V, B), dt), lanes=empty((B, 8), dt), rowtop=empty(B, dt),
         sums=empty(B, dt), rest=empty(B, dt),
         gYv=empty((nX, V), dt), gR=empty((V, V), dt), gM=empty((V, B), dt), gP=empty((B, L), dt),
         gT=empty(nT, dt), gCD=empty((nC, d), dt), gQr=empty((nQ, d), dt),
@@ -415,8 +416,9 @@ def _attention(xs, setup, work):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
     exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
+    lane_totals(lg, work.lanes)
     for i in range(B):
-        tot = dot8(lg, i, 0, ones, 0, 0, L)
+        tot = row_total(lg, work.lanes, i)
         if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + query[i])]
