@@ -2,8 +2,9 @@
 with a fixed order of operations (the same bits wherever a function is compiled or loaded from numba's cache).
 
 ``exp_neg`` and ``log1p`` replace a libm call per entry (some ten times slower) in the softmaxes and the loss of the
-table step (``engine.step``); ``dot8`` sums in eight lanes of a fixed order. tests/test_fused.py checks the first two
-against numpy.
+table step (``engine.step``); ``dot8`` sums in eight lanes of a fixed order, and ``lane_totals`` with ``row_total``
+give every row of a 2D array its sum in dot8's order, the lanes of all rows first. tests/test_fused.py checks the first
+two against numpy and the row sums against dot8.
 """
 
 from __future__ import annotations
