@@ -671,10 +671,13 @@ def _backward_table(setup, work):
                 e, o = 2 * q, 2 * q + 1
                 qs[r, e], qs[r, o] = A[r, o], A[r, e]  # q(a) = A[a, :d] without position rows
                 ks[r, e], ks[r, o] = K[r, o], K[r, e]
+        # 1 and 0 as int64 values rather than literals: numba compiles a function anew for each literal it is passed
+        # (lane_sums twice, 0.9 s each on a 2-core AMD EPYC, in a process's first compile)
+        one, none = np.int64(1), np.int64(0)
         for b in range(V):  # M into gA[b, d:2d], N into gX[b]: over the rows b V + a, a < V
-            lane_sums(gCD, b * V, 1, V, d, A, qs, gA, b, d, gX, b, 0)
+            lane_sums(gCD, b * V, one, V, d, A, qs, gA, b, d, gX, b, none)
         for a in range(V):  # P into gQ[a], R[a]: over the rows b V + a, b < V
-            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, 0, R, a, 0)
+            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, none, R, a, none)
         for r in range(V):
             for q in range(d // 2):
                 e, o = 2 * q, 2 * q + 1
