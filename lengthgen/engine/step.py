@@ -673,11 +673,11 @@ def _backward_table(setup, work):
                 ks[r, e], ks[r, o] = K[r, o], K[r, e]
         # 1 and 0 as int64 values rather than literals: numba compiles a function anew for each literal it is passed
         # (lane_sums twice, 0.9 s each on a 2-core AMD EPYC, in a process's first compile)
-        one, none = np.int64(1), np.int64(0)
+        unit, col0 = np.int64(1), np.int64(0)  # the rows' step, the first column
         for b in range(V):  # M into gA[b, d:2d], N into gX[b]: over the rows b V + a, a < V
-            lane_sums(gCD, b * V, one, V, d, A, qs, gA, b, d, gX, b, none)
+            lane_sums(gCD, b * V, unit, V, d, A, qs, gA, b, d, gX, b, col0)
         for a in range(V):  # P into gQ[a], R[a]: over the rows b V + a, b < V
-            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, none, R, a, none)
+            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, col0, R, a, col0)
         for r in range(V):
             for q in range(d // 2):
                 e, o = 2 * q, 2 * q + 1
