@@ -237,7 +237,7 @@ def test_row_totals_are_dot8_against_ones(dtype: type, n: int) -> None:
     a = np.random.default_rng(n).exponential(1.0, (64, n)).astype(dtype)
     ones = np.ones((1, n), dtype)
     lanes = np.full((64, 8), np.nan, dtype)
-    numerics.lane_totals(a, lanes)
+    numerics.lane_totals(a, lanes, 0, 64)
     got = np.array([numerics.row_total(a, lanes, i) for i in range(64)], dtype)
     want = np.array([numerics.dot8(a, i, 0, ones, 0, 0, n) for i in range(64)], dtype)
     assert np.array_equal(got, want)
@@ -312,7 +312,7 @@ def test_working_arrays_and_drawn_blocks_start_on_a_cache_line() -> None:
     buf = table.pack(model).numpy()
     work = engine_step._arrays(buf.dtype, table._compiled_setup(c.train_length, torch.float32), c.batch,
                                c.train_length)
-    made_here = [name for name in work._fields if name not in ("blocks", "cst", "lc", "ones", "bits")]
+    made_here = [name for name in work._fields if name not in ("blocks", "cst", "lc", "bits")]
     assert all(getattr(work, name).ctypes.data % 64 == 0 for name in made_here)
     assert tables._room(("aligned test", 0), (3, 1, c.batch, c.train_length)).ctypes.data % 64 == 0
 

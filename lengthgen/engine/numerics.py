@@ -207,14 +207,14 @@ def dot8(a, i, u, b, j, v, n):
 
 
 @njit(cache=True, fastmath=FAST, inline="always")
-def lane_totals(a, lanes):
-    """lanes[i, l] = the sum of a[i, k] over k = l mod 8, k < 8 floor(n / 8), in order, for every row i of ``a``
-    (B, n) into ``lanes`` (B, 8): the eight lanes of ``dot8`` of a row against ones, all rows first (``row_total``
-    then adds them). Within one row, dot8's final pairwise sum made LLVM keep the eight lanes interleaved over four
-    128-bit registers, with shuffles at every step (``_attention``'s row sums as AVX2 on a Zen 3: 3.6 us of the
-    block's 18); stored row by row, the lanes are one 256-bit register."""
+def lane_totals(a, lanes, first, stop):
+    """lanes[i, l] = the sum of a[i, k] over k = l mod 8, k < 8 floor(n / 8), in order, for the rows first <= i < stop
+    of ``a`` (B, n) into ``lanes`` (B, 8): the eight lanes of ``dot8`` of a row against ones, for all those rows first
+    (``row_total`` then adds them). Within one row, dot8's final pairwise sum made LLVM keep the eight lanes
+    interleaved over four 128-bit registers, with shuffles at every step (``_attention``'s row sums as AVX2 on a Zen 3:
+    3.6 us of the block's 18); stored row by row, the lanes are one 256-bit register."""
     n8 = np.uint64(a.shape[1] // 8 * 8)
-    for i in range(a.shape[0]):
+    for i in range(first, stop):
         s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = a[i, 0] - a[i, 0]
         for k in range(np.uint64(0), n8, np.uint64(8)):
             s0 += a[i, k]

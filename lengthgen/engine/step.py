@@ -116,12 +116,11 @@ class StepOut(NamedTuple):
 class StepArrays(NamedTuple):
     """The working arrays of a table step for batch B and length L (nX = V + L with position rows, else V;
     nT = L V^2, or V^2 without positions). Every array is written before it is read, except the constants
-    ``blocks``, ``cst`` (1, 1/sqrt(d), 2^-LOW), ``lc`` (``log_constants``) and ``ones``."""
+    ``blocks``, ``cst`` (1, 1/sqrt(d), 2^-LOW) and ``lc`` (``log_constants``)."""
 
     blocks: np.ndarray  # (9,) int64 where the machine code of each of the nine ``BLOCKS`` lies (``block_addresses``)
     cst: np.ndarray  # (3,) 1, 1/sqrt(d), 2^-60 (float32) or 2^-600 (float64): where a softmax is redone
     lc: np.ndarray  # ``numerics.log_constants``
-    ones: np.ndarray  # (1, max(L, V)) ones (a row sum as a dot product)
     ratio: np.ndarray  # (B,) the argmax's index so far, then the others' probability over the target's, then its log1p
     w: np.ndarray  # (B,) log1p's float scratch
     bits: np.ndarray  # (B,) log1p's integer scratch, as wide as the floats
@@ -229,7 +228,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
     cst = np.array([1.0, 1.0 / math.sqrt(d), low]).astype(dt)
     return StepArrays(
         blocks=np.zeros(len(BLOCKS), np.int64), cst=cst, lc=log_constants(setup.ec),
-        ones=np.ones((1, max(L, V)), dt), ratio=empty(B, dt), w=empty(B, dt),
+        ratio=empty(B, dt), w=empty(B, dt),
         bits=int_scratch(cst, B),
         X=empty((nX, d), dt), A=empty((nX, Y), dt), K=empty((nX, d), dt), QT=empty((d, V), dt),
         Av=empty((nX, d), dt), U=empty((d, V), dt), WoU=empty((d, V), dt), Yv=empty((nX, V), dt),
@@ -374,7 +373,7 @@ def _attention(xs, setup, work):
     kept in ``work.query`` for the blocks after this one.
     """
     kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    ones, T, tops, query, lg = work.ones, work.T, work.top, work.query, work.lg
+    T, tops, query, lg, lanes = work.T, work.top, work.query, work.lg, work.lanes
     mass = work.mass
     one = work.cst[0]
     low = work.cst[2]
@@ -416,15 +415,16 @@ def _attention(xs, setup, work):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
     exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
-    lane_totals(lg, work.lanes)
+    lane_totals(lg, lanes, 0, B)
     for i in range(B):
-        tot = row_total(lg, work.lanes, i)
+        tot = row_total(lg, lanes, i)
         if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + query[i])]
             _less_row_max(lg, i)
             exp_neg(lg[i], ec)
-            tot = dot8(lg, i, 0, ones, 0, 0, L)
+            lane_totals(lg, lanes, i, i + 1)
+            tot = row_total(lg, lanes, i)
         inv = one / tot
         for j in range(L):
             lg[i, j] *= inv
