@@ -185,9 +185,9 @@ def _tiles_loop(n, a, b, out, scratch):
     them where b's rows are contiguous, else as ``matmul_t`` does (b^T's rows contiguous: b copied into ``scratch``)."""
     for _ in range(n):
         if b.strides[1] == b.itemsize:
-            matmul._tiles(a, b, out)
+            matmul._tiles(matmul._any_layout(a), b, out)
         else:
-            matmul._transposed_tiles(a, b.T, out, scratch)
+            matmul._transposed_tiles(matmul._any_layout(a), b.T, out, scratch)
 
 
 def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
