@@ -4,6 +4,7 @@ the step does not depend on it (a failed helper leaves the rest to this process)
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 import torch
 
 from lengthgen import Config, draws, train
-from lengthgen.engine import first_compile, step, stretch
+from lengthgen.engine import first_compile, matmul, numerics, step, stretch
 from lengthgen.model import Model
 from lengthgen.tables import TableStep
 
@@ -26,7 +27,8 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     trains with Adam (stretches: ``train_steps``) and one with normalised GD (single steps: ``step_in``); the calls
     of ``train_steps``, ``draw_steps`` and ``table_step`` are recorded, and fresh copies of ``step_in`` and
     ``train_steps`` (uncached, so that typing them registers what they call in each callee) are compiled for the
-    types of those calls."""
+    types of those calls, and uncached copies of the blocks for their types (``step.block_types``), which registers
+    the products' functions they call."""
     first_compile.compile_step(dtype, "train_steps")  # before the recorders stand in for the functions it compiles
     seen: dict[str, object] = {}
     train_steps, draw_steps, table_step = stretch.train_steps, draws.draw_steps, step.table_step
@@ -44,9 +46,14 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
              "draw_steps": tuple(t(a) for a in seen["draw_steps"])}
     for name in first_compile.ENTRIES:
         numba.njit(first_compile.function(name).py_func).compile(calls[name])
+    for name in step.BLOCKS:  # the entries call the blocks at their addresses: the blocks' copies type their callees
+        copy = numba.njit(error_model="numpy", fastmath=numerics.FAST)(getattr(step, name).py_func)
+        copy.compile(step.block_types(dtype)[name])
     types = first_compile.signatures(dtype)
-    parts = (first_compile.HELPER, first_compile.HERE, first_compile.LATER, first_compile.ENTRIES)
-    assert set().union(*parts) == set(types) and sum(map(len, parts)) == len(types)
+    parts = (first_compile.HELPER, first_compile.HERE, first_compile.ENTRIES)
+    named = [name for part in parts for name in part if name in types or name not in first_compile.TILES]
+    assert sorted(named) == sorted(types), "each function in one share, the tiles where the step takes them"
+    assert set(first_compile.TILES) <= set(types) if matmul.OWN else not set(first_compile.TILES) & set(types)
     for name, sig in types.items():
         assert sig == calls[name] if name in calls else sig in first_compile.function(name).signatures, (
             f"{name}: {sig} is not what training compiled")
@@ -80,11 +87,11 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
     first_compile.compile_step("float32", "train_steps")
     first_compile.compile_step("float32", "step_in")  # the same process: nothing
     assert started == [[sys.executable, "-m", "lengthgen.engine.first_compile", "float32"]]
-    assert compiled == [(first_compile.HERE, "float32"), (("train_steps",), "float32")]
+    assert compiled == [((*first_compile.HERE, "train_steps"), "float32")]
     assert (tmp_path / "cache" / "first-compile-float32.done").exists()
     monkeypatch.setattr(first_compile, "_done", set())  # another process, the same cache folder: the marker
     first_compile.compile_step("float32", "train_steps")
-    assert len(started) == 1 and len(compiled) == 2
+    assert len(started) == 1 and len(compiled) == 1
 
 
 def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
@@ -142,3 +149,26 @@ def test_each_callee_of_the_blocks_is_compiled_once_per_dtype(dtype: str) -> Non
     for f in (matmul.lane_sums, numerics.exp_neg, numerics.log1p, step._less_row_max):
         mine = [sig for sig in f.signatures if sig[0].dtype == floats]  # the first argument an array of dtype
         assert len(mine) == 1, (f.py_func.__name__, mine)
+
+
+@pytest.mark.skipif(not matmul.OWN, reason="the step takes numpy's BLAS here, not the tiles")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_every_block_calls_one_compiled_tile_function_per_dtype(dtype: str) -> None:
+    """``matmul`` and ``matmul_t`` pass their left operand as an array of any layout, so the nine blocks link one
+    ``_tiles`` and one ``_transposed_tiles`` per dtype (the helper of ``first_compile`` compiles exactly those), not
+    one per layout of the operands (row-major, transposed views). Read from the functions each uncached copy of a
+    block links in: their mangled names carry the argument types."""
+    linked: set[str] = set()
+    for name in step.BLOCKS:
+        block = getattr(step, name)
+        copy = numba.njit(error_model="numpy", fastmath=numerics.FAST)(block.py_func)
+        sig = step.block_types(dtype)[name]
+        copy.compile(sig)
+        code = copy.overloads[sig].library.get_llvm_str()
+        linked |= set(re.findall(r'define[^@]*@"?(\w*matmul\w*tiles\w*)', code))
+    tiles = {re.search(r"matmul\d+(_\w*?tiles)B", f).group(1): f for f in linked}
+    assert len(linked) == 2 and set(tiles) == {"_tiles", "_transposed_tiles"}, linked
+    left = "5ArrayI" + ("f" if dtype == "float32" else "d") + "Li2E1A7mutable"  # the first argument, layout 'A'
+    assert all(f[f.index("5Array"):].startswith(left) for f in linked), linked
+    types = first_compile.signatures(dtype)  # the very signatures the helper compiles
+    assert {types[name][0] for name in tiles} == {numba.types.Array(numba.from_dtype(np.dtype(dtype)), 2, "A")}

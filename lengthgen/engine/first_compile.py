@@ -2,16 +2,17 @@
 
 A process that trains first on a machine (or after an edit of the compiled modules: ``jit_cache``) compiles the
 step with numba: about 19 s for float32 on a 2-core AMD EPYC in one process, import included (38 s before the cuts
-in benchmarks/README.md). The step's nine blocks (``engine.step``), the draws and the update are separate compiled
-functions, each cached on disk, so a second process compiles part of them (``HELPER``) while this one compiles the rest
-(``HERE``); this one then compiles the entry it calls (``train_steps`` or ``step_in``), which calls the blocks'
-machine code where it lies (``step.call``) rather than linking their code in, while the helper compiles what no entry
-calls (``LATER``). Measured on that machine, the first training call of a new process (20 steps of Adam, lr 0.01,
-batch 256, no early stop, no weight decay), import included: 41-43 s in one process; 25 s with the helper; 18-20 s
-with ``step_in`` inlined into ``train_steps`` and the working arrays passed as one reference (``step.Work``); 13.5-13.7
-s in a quick hour with the entry compiled beside ``LATER``; and 11.4-11.5 s in the same hour, alternated, once the
-entry no longer compiles the blocks again (4.1 -> 1.2 s) and this process stops the helper after its last line
-instead of waiting for its exit (benchmarks/README.md).
+in benchmarks/README.md). The step's nine blocks (``engine.step``), the products' tiles, the draws and the update are
+separate compiled functions, each cached on disk, so a second process compiles part of them (``HELPER``) while this
+one compiles the rest (``HERE``) and then the entry it calls (``train_steps`` or ``step_in``), which calls the
+blocks' machine code where it lies (``step.call``) rather than linking their code in, and compiles without them.
+Measured on that machine, the first training call of a new process (20 steps of Adam, lr 0.01, batch 256, no early
+stop, no weight decay), import included: 41-43 s in one process; 25 s with the helper; 18-20 s with ``step_in``
+inlined into ``train_steps`` and the working arrays passed as one reference (``step.Work``); 11.4-11.5 s in a quick
+hour of the fifth session once the entry no longer compiled the blocks again. The products' tiles since then made
+each block longer to compile (the same tree of that session 13.3-14.2 s against 16.0-17.7 s, alternated, in the
+seventeenth); with the tiles compiled once per dtype and once per first compile (both processes compiled them) and
+the entry compiled beside the blocks: 15.7-15.8 -> 14.3-14.4 s, three rounds alternated (benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -31,28 +32,31 @@ import torch
 
 from .. import draws
 from ..optim import Optimizer, update_step
-from . import step, stretch
+from . import matmul, step, stretch
 
-# The first compile in three parts. The helper process compiles HELPER while this one compiles HERE: together the
-# step's blocks, the update and ``step._work``, split so that each side takes about as long (timed on a 2-core AMD
-# EPYC, the helper's start included; the two blocks that call exp_neg, _attention and _loss, on one side, so that it
-# is compiled once). Then the helper prints READY and compiles LATER, which no entry calls, while this process
-# compiles the entry it was called for (``train_steps`` or ``step_in``: it needs every block compiled, for their
-# types and addresses, so it waits for both shares); the helper prints DONE when LATER is in the cache.
-HELPER = ("_attention", "_loss", "_backward_projections", "update_step")
-HERE = ("_backward_table", "_logit_table", "_backward_softmax", "_logits", "_project", "_backward_logits", "_work")
-LATER = ("draw_steps",)
+# The first compile in two shares. The helper process compiles HELPER while this one compiles HERE and then the entry it
+# was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without
+# them: ``step.call``); the helper prints DONE once its share is in numba's cache. HELPER starts with the products'
+# tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``; ``lane_sums`` everywhere), so
+# that the blocks which call them, all in HELPER, find them compiled; HERE holds none of them (before, each process
+# compiled the tiles its blocks called: both did most of them). The two blocks that call exp_neg, _attention and
+# _loss, are both here, so that it is compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about
+# together, the helper starting some 2 s later (its own interpreter and import).
+HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
+          "_logits", "_project", "_backward_softmax", "_work")
+HERE = ("_attention", "_loss", "update_step", "draw_steps", "_backward_logits")
 ENTRIES = ("train_steps", "step_in")
-READY = "ready"  # the helper's line once its share is in numba's cache
-DONE = "done"  # its line once LATER is too; this process then stops it rather than wait for its exit (0.4 s)
-HELPER_SECONDS = 300  # the longest this process waits for the helper at each of the two points
+TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
+DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
+HELPER_SECONDS = 300  # the longest this process waits for the helper
 _done: set[str] = set()  # the dtypes compile_step has seen in this process
 
 
 def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
-    """The argument types each function of ``HELPER``, ``HERE``, ``LATER`` and ``ENTRIES`` is called with when a model
-    of ``dtype`` ("float32" or "float64") trains: taken from the arguments of a small model, as ``tables.TableStep``
-    passes them (types do not depend on sizes)."""
+    """The argument types each function of ``HELPER``, ``HERE`` and ``ENTRIES`` is called with when a model of
+    ``dtype`` ("float32" or "float64") trains: taken from the arguments of a small model, as ``tables.TableStep``
+    passes them (types do not depend on sizes); the products' functions as the blocks call them (``TILES`` only where
+    the step takes them)."""
     from ..config import Config
     from ..model import Model
     from ..tables import TableStep
@@ -73,7 +77,11 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
     history = stretch.History(np.empty((1, 1), p.dtype), np.empty((1, 1), np.int64))
     xs = np.zeros((1, 1, 2, c.train_length), step.TOKENS)  # (steps, S, B, L)
-    return {**blocks,
+    f = numba.from_dtype(np.dtype(dtype))
+    any2, rows, row, i = numba.types.Array(f, 2, "A"), numba.types.Array(f, 2, "C"), numba.types.Array(f, 1, "C"), t(1)
+    tiles = {"_tiles": (any2, rows, rows), "_transposed_tiles": (any2, rows, rows, row)} if matmul.OWN else {}
+    return {**blocks, **tiles,
+            "lane_sums": (rows, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
             "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
             "update_step": (t(p), t(p), t(update), t(1)),
@@ -83,24 +91,26 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
 
 
 def function(name: str) -> numba.core.registry.CPUDispatcher:
-    """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``,
-    ``draws.draw_steps``, ``optim.update_step`` or ``stretch.train_steps``)."""
-    return {"draw_steps": draws.draw_steps, "update_step": update_step,
-            "train_steps": stretch.train_steps}.get(name) or getattr(step, name)
+    """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``, a
+    function of ``engine.matmul``, ``draws.draw_steps``, ``optim.update_step`` or ``stretch.train_steps``)."""
+    return {"draw_steps": draws.draw_steps, "update_step": update_step, "train_steps": stretch.train_steps,
+            **{name: getattr(matmul, name) for name in (*TILES, "lane_sums")}}.get(name) or getattr(step, name)
 
 
 def compile_these(names: tuple[str, ...], dtype: str) -> None:
-    """Compile (or load from numba's cache) the functions ``names`` for ``dtype``'s argument types."""
+    """Compile (or load from numba's cache) the functions ``names`` for ``dtype``'s argument types (those of
+    ``TILES`` only where ``signatures`` has them)."""
     types = signatures(dtype)
     for name in names:
-        function(name).compile(types[name])
+        if name in types:
+            function(name).compile(types[name])
 
 
 def compile_step(dtype: str, entry: str) -> None:
     """Before the first step of ``dtype`` in this process, which calls ``entry`` (one of ``ENTRIES``): where the
-    marker says it was not done for this cache folder, compile ``HERE`` here while a helper process compiles
-    ``HELPER``; once the helper says READY, compile ``entry`` here while it compiles ``LATER``; wait for it (at most
-    ``HELPER_SECONDS`` at each point) and leave the marker. Otherwise nothing (a set lookup after the first call)."""
+    marker says it was not done for this cache folder, compile ``HERE`` and ``entry`` here while a helper process
+    compiles ``HELPER``; wait for its ``DONE`` (at most ``HELPER_SECONDS``) and leave the marker. Otherwise nothing (a
+    set lookup after the first call)."""
     if dtype in _done:
         return
     _done.add(dtype)
@@ -111,10 +121,8 @@ def compile_step(dtype: str, entry: str) -> None:
     helper = subprocess.Popen([sys.executable, "-m", __name__, dtype], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
     try:
-        compile_these(HERE, dtype)
-        _next_line(helper)  # READY
-        compile_these((entry,), dtype)  # what the helper left out is compiled here, as it is called
-        _next_line(helper)  # DONE
+        compile_these((*HERE, entry), dtype)
+        _next_line(helper)  # DONE; what the helper left undone is compiled here, as it is called
     finally:
         if helper.poll() is None:
             helper.kill()
@@ -128,14 +136,12 @@ def compile_step(dtype: str, entry: str) -> None:
 
 
 def _next_line(helper: subprocess.Popen) -> None:
-    """Wait for the helper's next line (``READY``, ``DONE``), at most ``HELPER_SECONDS``; a helper that failed
-    ends its output, which ends the wait too."""
+    """Wait for the helper's next line (``DONE``), at most ``HELPER_SECONDS``; a helper that failed ends its output,
+    which ends the wait too."""
     if select.select([helper.stdout], [], [], HELPER_SECONDS)[0]:
         helper.stdout.readline()
 
 
 if __name__ == "__main__":  # the helper: python -m lengthgen.engine.first_compile float32
     compile_these(HELPER, sys.argv[1])
-    print(READY, flush=True)
-    compile_these(LATER, sys.argv[1])
     print(DONE, flush=True)

@@ -116,14 +116,16 @@ def exp_neg(a, c):
 LOG_TERMS = 12  # the coefficients of log1p's series, highest first: to s^23 in float64; float32's six (to s^11) last
 
 
-@njit(cache=True)
-def log_constants(ec):
+def log_constants(ec: np.ndarray) -> np.ndarray:
     """The constants of ``log1p`` in the dtype of ``ec`` (``exp_constants``): ln 2 split as there (high part,
     low part), sqrt(2), and ``LOG_TERMS`` coefficients 2/(2k+1) of 2 atanh(s) = log((1+s)/(1-s)) from the highest used
     down to k = 0 (to s^23 in float64, s^11 in float32: |s| <= 0.172, the next term is below the precision), float32's
     after six zeros. The zeros keep Horner's sum exactly at its first coefficient (0 z + 0 = 0, then 0 z + c = c), so
     one loop of a constant count serves both dtypes: it unrolls, and the loop around it vectorises (a count read
-    from the array kept it scalar: the loss's 256 entries in float32 1.35 -> 0.51 us, as AVX2 on an Intel Xeon)."""
+    from the array kept it scalar: the loss's 256 entries in float32 1.35 -> 0.51 us, as AVX2 on an Intel Xeon).
+    numpy, not compiled: it is computed once per set of working arrays (``step.step_arrays``), and compiling it took
+    both processes of a first compile part of a second (``engine.first_compile``); each constant is rounded once from
+    float64 into the dtype either way."""
     top = 11 if ec.itemsize == 8 else 5
     c = np.zeros(3 + LOG_TERMS, ec.dtype)
     c[0], c[1] = ec[1], ec[2]

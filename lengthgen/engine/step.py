@@ -775,15 +775,23 @@ def block_types(dtype: str) -> dict[str, tuple[types.Type, ...]]:
             "_backward_table": (su, w), "_backward_projections": (row, row, su, w)}
 
 
+# What the blocks return (the others return None), declared so that a function calling them (``call``) compiles
+# without compiling them first: ``train_steps`` can then be compiled beside them (``first_compile``).
+RESULTS = {"_loss": types.Tuple((types.float64, types.int64))}  # the mean log-likelihood, the correct predictions
+
+
 @functools.cache
 def block_addresses(dtype: str) -> np.ndarray:
     """(9,) int64: where the machine code of each of the ``BLOCKS`` lies in this process, compiled (or loaded from
-    numba's cache) for ``block_types(dtype)``."""
+    numba's cache) for ``block_types(dtype)``; each block's return type checked against ``RESULTS``."""
     where = []
     for name in BLOCKS:
         block, sig = globals()[name], block_types(dtype)[name]
         block.compile(sig)
         compiled = block.overloads[sig]
+        returns = compiled.signature.return_type
+        if returns != RESULTS.get(name, types.none):
+            raise TypeError(f"{name} returns {returns}, not {RESULTS.get(name, types.none)}: correct step.RESULTS")
         where.append(compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name))
     return np.array(where, np.int64)
 
@@ -796,14 +804,14 @@ def call(typingctx, block, work, args):
     that way, 1.2 s with ``call`` (a 2-core AMD EPYC, the blocks already compiled); a step runs as fast (one
     small-step model 0.853-0.859 s against 0.850-0.860 s, alternated) and gives the same numbers to the bit. The
     arguments must have the types the block was compiled for (``block_types``); compiling a call with others is an
-    error, and calling through a ``Work`` with no addresses (one not made by ``step_arrays``) raises."""
+    error, and calling through a ``Work`` with no addresses (one not made by ``step_arrays``) raises. The block's
+    result type is the declared one (``RESULTS``), so compiling a call compiles nothing of the block."""
     name = block.dispatcher.py_func.__name__
     sig = block_types(str(work.field_dict["X"].dtype)).get(name)
     if sig is None or tuple(args) != sig:
         raise TypingError(f"call: {name} takes {sig}, not {tuple(args)}")
     index = BLOCKS.index(name)
-    block.dispatcher.compile(sig)
-    result = block.dispatcher.overloads[sig].signature.return_type
+    result = RESULTS.get(name, types.none)  # declared: the caller compiles without the block (block_addresses checks)
 
     def address_of(w):
         if w.blocks[index] == 0:  # a Work not made by step_arrays: a call to address 0 would end the process
