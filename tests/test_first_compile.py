@@ -46,7 +46,7 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
              "draw_steps": tuple(t(a) for a in seen["draw_steps"])}
     for name in first_compile.ENTRIES:
         numba.njit(first_compile.function(name).py_func).compile(calls[name])
-    for name in step.BLOCKS:  # the entries call the blocks at their addresses: the blocks' copies type their callees
+    for name in step.path(False):  # the entries call the blocks at their addresses: the copies type their callees
         copy = numba.njit(error_model="numpy", fastmath=numerics.FAST)(getattr(step, name).py_func)
         copy.compile(step.block_types(dtype)[name])
     types = first_compile.signatures(dtype)
@@ -108,13 +108,17 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
 
 def test_blocks_are_called_at_their_addresses_with_the_types_they_were_compiled_for() -> None:
     """``step.call`` runs a block's own machine code at the address ``Work.blocks`` holds: the addresses are those
-    of the blocks compiled for ``step.block_types``, one per block; a call with other argument types (here a
-    float64 parameter row beside float32 working arrays) does not compile, rather than run code made for others."""
-    where = step.block_addresses("float32")
-    assert where.dtype == np.int64 and len(set(where.tolist())) == len(step.BLOCKS) and (where != 0).all()
-    for name, address in zip(step.BLOCKS, where):
-        compiled = getattr(step, name).overloads[step.block_types("float32")[name]]
-        assert compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name) == address
+    of the nine blocks of a setup's path (the table's, or RoPE's by lookup with four blocks of its own in place),
+    compiled for ``step.block_types``; a call with other argument types (here a float64 parameter row beside float32
+    working arrays) does not compile, rather than run code made for others."""
+    table, lookup = step.block_addresses("float32", False), step.block_addresses("float32", True)
+    assert step.path(False) == step.BLOCKS and len(set(step.path(True)) - set(step.BLOCKS)) == len(step.BY_LOOKUP)
+    for where, names in ((table, step.path(False)), (lookup, step.path(True))):
+        assert where.dtype == np.int64 and len(set(where.tolist())) == len(step.BLOCKS) and (where != 0).all()
+        for name, address in zip(names, where):
+            compiled = getattr(step, name).overloads[step.block_types("float32")[name]]
+            assert compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name) == address
+    assert [a == b for a, b in zip(table, lookup)] == [name not in step.BY_LOOKUP for name in step.BLOCKS]
     c = Config()
     model = Model(c, [0])
     table = TableStep(c, model.encoding, c.train_length)
@@ -154,12 +158,12 @@ def test_each_callee_of_the_blocks_is_compiled_once_per_dtype(dtype: str) -> Non
 @pytest.mark.skipif(not matmul.OWN, reason="the step takes numpy's BLAS here, not the tiles")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_every_block_calls_one_compiled_tile_function_per_dtype(dtype: str) -> None:
-    """``matmul`` and ``matmul_t`` pass their left operand as an array of any layout, so the nine blocks link one
+    """``matmul`` and ``matmul_t`` pass their left operand as an array of any layout, so the blocks link one
     ``_tiles`` and one ``_transposed_tiles`` per dtype (the helper of ``first_compile`` compiles exactly those), not
     one per layout of the operands (row-major, transposed views). Read from the functions each uncached copy of a
     block links in: their mangled names carry the argument types."""
     linked: set[str] = set()
-    for name in step.BLOCKS:
+    for name in step.FUNCTIONS:
         block = getattr(step, name)
         copy = numba.njit(error_model="numpy", fastmath=numerics.FAST)(block.py_func)
         sig = step.block_types(dtype)[name]

@@ -12,7 +12,9 @@ inlined into ``train_steps`` and the working arrays passed as one reference (``s
 hour of the fifth session once the entry no longer compiled the blocks again. The products' tiles since then made
 each block longer to compile (the same tree of that session 13.3-14.2 s against 16.0-17.7 s, alternated, in the
 seventeenth); with the tiles compiled once per dtype and once per first compile (both processes compiled them) and
-the entry compiled beside the blocks: 15.7-15.8 -> 14.3-14.4 s, three rounds alternated (benchmarks/README.md).
+the entry compiled beside the blocks: 15.7-15.8 -> 14.3-14.4 s, three rounds alternated; with RoPE by lookup in
+blocks of its own (``step.BY_LOOKUP``), compiled only for the models that take it, the two shares end together at
+13.4-13.6 s (benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -43,8 +45,8 @@ from . import matmul, step, stretch
 # _loss, are both here, so that it is compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about
 # together, the helper starting some 2 s later (its own interpreter and import).
 HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
-          "_logits", "_project", "_backward_softmax", "_work")
-HERE = ("_attention", "_loss", "update_step", "draw_steps", "_backward_logits")
+          "_logits", "_backward_logits", "_project", "_backward_softmax", "_work")
+HERE = ("_attention", "_loss", "update_step", "draw_steps")
 ENTRIES = ("train_steps", "step_in")
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
 DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
@@ -68,7 +70,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     setup = table._compiled_setup(c.train_length, buf.dtype)
     p = buf.numpy()
     x, target = np.zeros((1, 2, c.train_length), step.TOKENS), np.zeros((1, 2), np.int64)
-    blocks = step.block_types(dtype)
+    blocks = {name: step.block_types(dtype)[name] for name in step.path(False)}  # the table's (RoPE by lookup: later)
     w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
     _, update = Optimizer("adam", buf, [c.lr]).update_arrays()
     states = np.stack([draws.mt_state(torch.Generator().manual_seed(0))])

@@ -18,9 +18,11 @@ With RoPE and a large vocabulary (``by_lookup``: V^2 > 4 B) there is no table: e
 product of the query turned for position j with the key, computed for the batch's keys only.
 
 ``step_in`` runs the step member after member as nine blocks (``_project``, ``_logit_table``, ``_attention``,
-``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``),
-each a function with the equation it computes in its docstring and the code under it, compiled and cached on its
-own, so that the first compile can share them between two processes (``first_compile``). ``step_in`` calls each
+``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``;
+RoPE by lookup runs four of its own in place of the table's: ``BY_LOOKUP``), each a function with the equation it
+computes in its docstring and the code under it, compiled and cached on its own, so that the first compile can
+share them between two processes (``first_compile``) and a model compiles only the blocks of its
+path. ``step_in`` calls each
 (``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so that
 compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
 working arrays (``StepArrays``, by name) are made once per call (``step_arrays``), not once per step, and reach
@@ -118,7 +120,7 @@ class StepArrays(NamedTuple):
     nT = L V^2, or V^2 without positions). Every array is written before it is read, except the constants
     ``blocks``, ``cst`` (1, 1/sqrt(d), 2^-LOW) and ``lc`` (``log_constants``)."""
 
-    blocks: np.ndarray  # (9,) int64 where the machine code of each of the nine ``BLOCKS`` lies (``block_addresses``)
+    blocks: np.ndarray  # (9,) int64 where the machine code of each block of the setup's path lies (``block_addresses``)
     cst: np.ndarray  # (3,) 1, 1/sqrt(d), 2^-60 (float32) or 2^-600 (float64): where a softmax is redone
     lc: np.ndarray  # ``numerics.log_constants``
     ratio: np.ndarray  # (B,) the argmax's index so far, then the others' probability over the target's, then its log1p
@@ -195,8 +197,10 @@ def _work(*arrays: np.ndarray) -> Work:
 def step_arrays(like: np.ndarray, setup: StepSetup, B: int, L: int) -> Work:
     """The ``StepArrays`` of batch B, length L, in the dtype of the array ``like``, as a ``Work``: made for a call of
     ``stretch.train_steps`` or of ``table_step``, not once per step (numpy, not compiled: it would add 2.4 s to the
-    first compile). Compiles the blocks for the dtype where this process has not (``block_addresses``)."""
-    return _work(*_arrays(like.dtype, setup, B, L)._replace(blocks=block_addresses(str(like.dtype))))
+    first compile). Compiles the blocks of the setup's path for the dtype where this process has not
+    (``block_addresses``)."""
+    where = block_addresses(str(like.dtype), bool(by_lookup(setup.kind, setup.V, B)))
+    return _work(*_arrays(like.dtype, setup, B, L)._replace(blocks=where))
 
 
 def aligned_empty(shape: int | tuple, dtype: np.dtype, align: int = 64) -> np.ndarray:
@@ -302,8 +306,6 @@ def _logit_table(setup, work):
 
         ROTATE: T[j, b, a] = q(a) . rot_((L-1) - j) k(b) / sqrt(d) = trig[j] . CD[:, b V + a], where per
                 rotation pair (e, o): CD[e] = k_e q_e + k_o q_o,  CD[o] = k_e q_o - k_o q_e
-                by lookup (``by_lookup``): no table; T[j, b, a] = Qr[a L + j] . k(b), the query turned for position j:
-                Qr[a L + j, e] = trig[j, e] q_e + trig[j, o] q_o,  Qr[a L + j, o] = trig[j, e] q_o - trig[j, o] q_e
         ROWS:   T[j, b, a] = (k(b) + P_j Wk) . q(a) / sqrt(d)       (TP = K QT: token rows, then position rows)
         BIAS:   T[j, b, a] = k(b) . q(a) / sqrt(d) + bias[j]
         NONE:   T[b, a]    = k(b) . q(a) / sqrt(d)
@@ -316,16 +318,7 @@ def _logit_table(setup, work):
     B, L = work.lg.shape
     has_rows = kind == ROWS
     VV = V * V
-    if by_lookup(kind, V, B):
-        Qr = work.Qr
-        for a in range(V):
-            for j in range(L):
-                r = a * L + j
-                for q in range(d // 2):
-                    e, o = 2 * q, 2 * q + 1
-                    Qr[r, e] = trig[j, e] * QT[e, a] + trig[j, o] * QT[o, a]
-                    Qr[r, o] = trig[j, e] * QT[o, a] - trig[j, o] * QT[e, a]
-    elif kind == ROTATE:
+    if kind == ROTATE:
         for q in range(d // 2):
             e, o = 2 * q, 2 * q + 1
             for b in range(V):
@@ -348,6 +341,25 @@ def _logit_table(setup, work):
                             zero if has_rows else bias[j])
 
 
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def _turned_queries(setup, work):
+    """Forward, RoPE by lookup (``by_lookup``), in place of ``_logit_table``: no table; each logit is computed for the
+    batch's keys (``_attention_by_lookup``), T[j, b, a] = Qr[a L + j] . k(b), from the query turned for position j:
+
+        Qr[a L + j, e] = trig[j, e] q_e + trig[j, o] q_o,   Qr[a L + j, o] = trig[j, e] q_o - trig[j, o] q_e
+    """
+    V, d, trig = setup.V, setup.d, setup.trig
+    QT, Qr = work.QT, work.Qr
+    L = work.lg.shape[1]
+    for a in range(V):
+        for j in range(L):
+            r = a * L + j
+            for q in range(d // 2):
+                e, o = 2 * q, 2 * q + 1
+                Qr[r, e] = trig[j, e] * QT[e, a] + trig[j, o] * QT[o, a]
+                Qr[r, o] = trig[j, e] * QT[o, a] - trig[j, o] * QT[e, a]
+
+
 @njit(cache=True, fastmath=FAST)
 def _less_row_max(lg, i):
     """lg[i] <- lg[i] - max lg[i]: the logits shifted so that the largest is 0 (their exponentials then neither
@@ -361,64 +373,86 @@ def _less_row_max(lg, i):
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def _attention(xs, setup, work):
-    """Forward: the last query's attention over each sequence of ``xs`` (B, L).
+    """Forward: the last query's attention over each sequence of ``xs`` (B, L), from the table T.
 
         s_ij = T[j, x_ij, a_i]   (a_i = x_i,L-1, the query token),   attn_ij = exp(s_ij) / sum_j' exp(s_ij')
         mass[b, i] = sum_(j: x_ij = b) attn_ij    (the attention on token b)
 
     The exponentials are shifted by the largest entry of the query token's column, not by each sequence's maximum
     (the gathers, exponentials and sums then run as independent or vectorised loops); a sequence whose entries all
-    lie far below that largest entry (their sum under 2^-LOW) is redone with its own maximum. By lookup (RoPE,
-    ``by_lookup``) s_ij = Qr[a_i L + j] . k(x_ij), shifted by the sequence's own maximum. The query tokens a_i are
-    kept in ``work.query`` for the blocks after this one.
+    lie far below that largest entry (their sum under 2^-LOW) is redone with its own maximum
+    (``_weights_and_masses``). The query tokens a_i are kept in ``work.query`` for the blocks after this one.
     """
-    kind, V, d, ec = setup.kind, setup.V, setup.d, setup.ec
-    T, tops, query, lg, lanes = work.T, work.top, work.query, work.lg, work.lanes
-    mass = work.mass
-    one = work.cst[0]
-    low = work.cst[2]
+    kind, V = setup.kind, setup.V
+    T, tops, query, lg = work.T, work.top, work.query, work.lg
     B, L = work.lg.shape
-    lookup = by_lookup(kind, V, B)
     jstep = position_step(kind, V)
     for i in range(B):
         query[i] = xs[i, L - 1]
-    if lookup:
-        Qr, K = work.Qr, work.K
-        for i in range(B):
-            a = query[i]
-            for j in range(L):
-                lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
-            _less_row_max(lg, i)
-    else:
-        nT = V * V if kind == NONE else L * V * V
-        # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
-        # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
-        top, top_next = tops[0], tops[1]
-        top[:] = -np.inf
-        nr4 = nT // V // 4 * 4
-        # (indices are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build this
-        # loop of element inserts and took 2 us of the block's 15 as AVX2; see benchmarks/README.md)
-        for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
-            for a in range(V):
-                m01 = max(T[np.uint64(r * V + a)], T[np.uint64((r + 1) * V + a)])
-                m23 = max(T[np.uint64((r + 2) * V + a)], T[np.uint64((r + 3) * V + a)])
-                top_next[a] = max(top[a], max(m01, m23))
-            top, top_next = top_next, top
-        for r in range(nr4, nT // V):
-            for a in range(V):
-                top_next[a] = max(top[a], T[np.uint64(r * V + a)])
-            top, top_next = top_next, top
-        for i in range(B):
-            a = query[i]
-            shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
-            for j in range(L):
-                lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
+    nT = V * V if kind == NONE else L * V * V
+    # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
+    # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
+    top, top_next = tops[0], tops[1]
+    top[:] = -np.inf
+    nr4 = nT // V // 4 * 4
+    # (indices are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build this
+    # loop of element inserts and took 2 us of the block's 15 as AVX2; see benchmarks/README.md)
+    for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
+        for a in range(V):
+            m01 = max(T[np.uint64(r * V + a)], T[np.uint64((r + 1) * V + a)])
+            m23 = max(T[np.uint64((r + 2) * V + a)], T[np.uint64((r + 3) * V + a)])
+            top_next[a] = max(top[a], max(m01, m23))
+        top, top_next = top_next, top
+    for r in range(nr4, nT // V):
+        for a in range(V):
+            top_next[a] = max(top[a], T[np.uint64(r * V + a)])
+        top, top_next = top_next, top
+    for i in range(B):
+        a = query[i]
+        shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
+        for j in range(L):
+            lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + a)] - shift
+    _weights_and_masses(xs, setup, work, True)
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
+def _attention_by_lookup(xs, setup, work):
+    """Forward, RoPE by lookup (``by_lookup``), in place of ``_attention``: each logit from the query turned for its
+    position (``_turned_queries``), shifted by the sequence's own maximum.
+
+        s_ij = Qr[a_i L + j] . k(x_ij),   attn_ij = exp(s_ij) / sum_j' exp(s_ij'),   mass as in ``_attention``
+    """
+    d = setup.d
+    query, lg, Qr, K = work.query, work.lg, work.Qr, work.K
+    B, L = work.lg.shape
+    for i in range(B):
+        query[i] = xs[i, L - 1]
+    for i in range(B):
+        a = query[i]
+        for j in range(L):
+            lg[i, j] = dot8(Qr, a * L + j, 0, K, xs[i, j], 0, d)
+        _less_row_max(lg, i)
+    _weights_and_masses(xs, setup, work, False)
+
+
+@njit(error_model="numpy", fastmath=FAST, inline="always")
+def _weights_and_masses(xs, setup, work, table):
+    """The end of ``_attention`` and ``_attention_by_lookup``: lg (B, L), the logits shifted to at most 0, <- the
+    attention weights attn (their exponentials over each row's sum), then the attention on each token, mass (V, B).
+    Where ``table`` (a constant at each call), a row whose exponentials sum under 2^-LOW (every logit far below its
+    column's maximum) is redone from the table T with its own maximum."""
+    kind, V, ec = setup.kind, setup.V, setup.ec
+    T, query, lg, lanes, mass = work.T, work.query, work.lg, work.lanes, work.mass
+    one = work.cst[0]
+    low = work.cst[2]
+    B, L = work.lg.shape
+    jstep = position_step(kind, V)
     exp_neg(lg.reshape(B * L), ec)
     mass[:] = 0
     lane_totals(lg, lanes, 0, B)
     for i in range(B):
         tot = row_total(lg, lanes, i)
-        if not tot >= low and not lookup:  # far below the column's maximum: again with the sequence's own
+        if not tot >= low and table:  # far below the column's maximum: again with the sequence's own
             for j in range(L):
                 lg[i, j] = T[np.uint64(j * jstep + xs[i, j] * V + query[i])]
             _less_row_max(lg, i)
@@ -580,28 +614,11 @@ def _backward_softmax(xs, setup, work):
 
         dattn_ij = dmass[x_ij, i] + gP[i, j],   ds_ij = attn_ij (dattn_ij - sum_j' attn_ij' dattn_ij')
         dT[j, x_ij, a_i] += ds_ij
-        by lookup (RoPE, ``by_lookup``): dQr[a_i L + j] += ds_ij k(x_ij),   dk(x_ij) += ds_ij Qr[a_i L + j]  (into gX)
     """
-    kind, V, d = setup.kind, setup.V, setup.d
+    kind, V = setup.kind, setup.V
     query, lg, sums, gM, gP, gT = work.query, work.lg, work.sums, work.gM, work.gP, work.gT
     B, L = work.lg.shape
     has_rows = kind == ROWS
-    if by_lookup(kind, V, B):
-        Qr, K, gQr, gK = work.Qr, work.K, work.gQr, work.gX
-        gQr[:] = 0
-        gK[:] = 0
-        for i in range(B):
-            dot = sums[i]
-            a = query[i]
-            for j in range(L):
-                b = xs[i, j]
-                ds = lg[i, j] * gM[np.uint64(b), i] - lg[i, j] * dot
-                r = a * L + j
-                for k in range(d):
-                    gQr[r, k] += ds * K[b, k]
-                for k in range(d):
-                    gK[b, k] += ds * Qr[r, k]
-        return
     jstep = position_step(kind, V)
     gT[:] = 0
     for i in range(B):
@@ -621,6 +638,33 @@ def _backward_softmax(xs, setup, work):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
+def _backward_softmax_by_lookup(xs, setup, work):
+    """Backward, RoPE by lookup (``by_lookup``), in place of ``_backward_softmax``: through the softmax to the turned
+    queries and the keys.
+
+        ds_ij = attn_ij (dmass[x_ij, i] - sum_j' attn_ij' dattn_ij'),
+        dQr[a_i L + j] += ds_ij k(x_ij),   dk(x_ij) += ds_ij Qr[a_i L + j]  (into gX)
+    """
+    d = setup.d
+    query, lg, sums, gM = work.query, work.lg, work.sums, work.gM
+    Qr, K, gQr, gK = work.Qr, work.K, work.gQr, work.gX
+    B, L = work.lg.shape
+    gQr[:] = 0
+    gK[:] = 0
+    for i in range(B):
+        dot = sums[i]
+        a = query[i]
+        for j in range(L):
+            b = xs[i, j]
+            ds = lg[i, j] * gM[np.uint64(b), i] - lg[i, j] * dot
+            r = a * L + j
+            for k in range(d):
+                gQr[r, k] += ds * K[b, k]
+            for k in range(d):
+                gK[b, k] += ds * Qr[r, k]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_table(setup, work):
     """Backward: the table to the queries (gA[:, :d]) and keys (gA[:, d:2d]).
 
@@ -630,8 +674,6 @@ def _backward_table(setup, work):
                 as lanewise sums (``matmul.lane_sums``; ~ swaps the two entries of each pair):
                 M(b) = sum_a dCD q(a),  N(b) = sum_a dCD q~(a),  P(a) = sum_b dCD k(b),  R(a) = sum_b dCD k~(b),
                 dk_e = M_e + M_o,  dk_o = N_e - N_o,  dq_e = P_e - P_o,  dq_o = R_e + R_o
-                by lookup: dq_e(a) = sum_j trig[j, e] dQr[a L + j, e] - trig[j, o] dQr[a L + j, o],
-                dq_o(a) = sum_j trig[j, o] dQr[a L + j, e] + trig[j, e] dQr[a L + j, o];  dk from ``_backward_softmax``
         else:   dTP[b, a] = sum_j dT[j, b, a] / sqrt(d),  dTP[V + j, a] = sum_b dT[j, b, a] / sqrt(d) (ROWS)
                 dq = dTP^T K,   dK = dTP QT^T
 
@@ -641,29 +683,13 @@ def _backward_table(setup, work):
     A, K, QT, TP, gT, gCD = work.A, work.K, work.QT, work.TP, work.gT, work.gCD
     gQ, gA, gX = work.gQ, work.gA, work.gX
     scale = work.cst[1]
-    zero = scale - scale
-    B, L = work.lg.shape
+    L = work.lg.shape[1]
     has_rows = kind == ROWS
     nX = V + (L if kind == ROWS else 0)  # rows of X: tokens, then positions
     at = V + L - 1  # the last position's row of X
     VV = V * V
     gA[:] = 0
-    if by_lookup(kind, V, B):
-        gQr = work.gQr
-        for a in range(V):
-            for q in range(d // 2):
-                e, o = 2 * q, 2 * q + 1
-                ge = go = zero
-                for j in range(L):
-                    r = a * L + j
-                    ge += trig[j, e] * gQr[r, e] - trig[j, o] * gQr[r, o]
-                    go += trig[j, o] * gQr[r, e] + trig[j, e] * gQr[r, o]
-                gQ[a, e] = ge
-                gQ[a, o] = go
-        for b in range(V):
-            for k in range(d):
-                gA[b, d + k] = gX[b, k]
-    elif kind == ROTATE:
+    if kind == ROTATE:
         matmul(gT.reshape((L, VV)).T, trig, gCD)
         qs, ks, R = work.swap[0], work.swap[1], work.swap[2]
         for r in range(V):
@@ -711,6 +737,34 @@ def _backward_table(setup, work):
 
 
 @njit(cache=True, error_model="numpy", fastmath=FAST)
+def _backward_turned_queries(setup, work):
+    """Backward, RoPE by lookup (``by_lookup``), in place of ``_backward_table``: the turned queries to the queries
+    (gA[:, :d]); the keys' gradient (gA[:, d:2d]) is the one ``_backward_softmax_by_lookup`` left in gX.
+
+        dq_e(a) = sum_j trig[j, e] dQr[a L + j, e] - trig[j, o] dQr[a L + j, o]
+        dq_o(a) = sum_j trig[j, o] dQr[a L + j, e] + trig[j, e] dQr[a L + j, o]
+    """
+    V, d, trig = setup.V, setup.d, setup.trig
+    gQr, gA, gX = work.gQr, work.gA, work.gX
+    zero = work.cst[0] - work.cst[0]
+    L = work.lg.shape[1]
+    gA[:] = 0
+    for a in range(V):
+        for q in range(d // 2):
+            e, o = 2 * q, 2 * q + 1
+            ge = go = zero
+            for j in range(L):
+                r = a * L + j
+                ge += trig[j, e] * gQr[r, e] - trig[j, o] * gQr[r, o]
+                go += trig[j, o] * gQr[r, e] + trig[j, e] * gQr[r, o]
+            gA[a, e] = ge
+            gA[a, o] = go
+    for b in range(V):
+        for k in range(d):
+            gA[b, d + k] = gX[b, k]
+
+
+@njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_projections(p, G, setup, work):
     """Backward: through Yv = Av (Wo U) and A = X W to the member's gradient row ``G`` (P,).
 
@@ -754,15 +808,26 @@ def _backward_projections(p, G, setup, work):
             G[r * d + k] = gX[r, k]
 
 
-# The blocks in the order a step runs them: ``Work.blocks`` holds their addresses in this order.
+# The blocks in the order a step runs them, and the four that RoPE by lookup (``by_lookup``) runs in place of those
+# of the table: ``Work.blocks`` holds the addresses of the nine a setup takes (``path``), in this order, and a block
+# is compiled only when a model takes its path (``block_addresses``). Measured on a 2-core AMD EPYC (Zen 3), the
+# table's four blocks with the lookup's code in them took 1.35 s longer to compile, one by one from an empty cache.
 BLOCKS = ("_project", "_logit_table", "_attention", "_logits", "_loss", "_backward_logits", "_backward_softmax",
           "_backward_table", "_backward_projections")
+BY_LOOKUP = {"_logit_table": "_turned_queries", "_attention": "_attention_by_lookup",
+             "_backward_softmax": "_backward_softmax_by_lookup", "_backward_table": "_backward_turned_queries"}
+FUNCTIONS = BLOCKS + tuple(BY_LOOKUP.values())  # every block
+
+
+def path(lookup: bool) -> tuple[str, ...]:
+    """The nine blocks a step runs, in order: ``BLOCKS``, those of ``BY_LOOKUP`` in place where ``lookup``."""
+    return tuple(BY_LOOKUP.get(name, name) if lookup else name for name in BLOCKS)
 
 
 @functools.cache
 def block_types(dtype: str) -> dict[str, tuple[types.Type, ...]]:
-    """The argument types ``step_in`` calls each of the ``BLOCKS`` with, for parameters of ``dtype`` ("float32" or
-    "float64"): they depend on the dtype alone (``call`` checks them where it is compiled)."""
+    """The argument types ``step_in`` calls each block of ``FUNCTIONS`` with, for parameters of ``dtype`` ("float32"
+    or "float64"): they depend on the dtype alone (``call`` checks them where it is compiled)."""
     dt = np.dtype(dtype)
     one = np.zeros((1, 1), dt)
     setup = StepSetup(ROTATE, False, False, 1, 2, 1, one, one, np.zeros(1, dt), exp_constants(dt))
@@ -770,9 +835,10 @@ def block_types(dtype: str) -> dict[str, tuple[types.Type, ...]]:
     t = numba.typeof
     row, xs, ts, su = t(np.zeros(1, dt)), t(np.zeros((1, 1), TOKENS)), t(np.zeros(1, np.int64)), t(setup)
     w = WorkType(list(zip(StepArrays._fields, map(t, arrays))))
-    return {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (xs, su, w), "_logits": (su, w),
-            "_loss": (ts, su, w), "_backward_logits": (su, w), "_backward_softmax": (xs, su, w),
-            "_backward_table": (su, w), "_backward_projections": (row, row, su, w)}
+    table = {"_project": (row, su, w), "_logit_table": (su, w), "_attention": (xs, su, w), "_logits": (su, w),
+             "_loss": (ts, su, w), "_backward_logits": (su, w), "_backward_softmax": (xs, su, w),
+             "_backward_table": (su, w), "_backward_projections": (row, row, su, w)}
+    return {**table, **{lookup: table[name] for name, lookup in BY_LOOKUP.items()}}
 
 
 # What the blocks return (the others return None), declared so that a function calling them (``call``) compiles
@@ -781,24 +847,26 @@ RESULTS = {"_loss": types.Tuple((types.float64, types.int64))}  # the mean log-l
 
 
 @functools.cache
-def block_addresses(dtype: str) -> np.ndarray:
-    """(9,) int64: where the machine code of each of the ``BLOCKS`` lies in this process, compiled (or loaded from
-    numba's cache) for ``block_types(dtype)``; each block's return type checked against ``RESULTS``."""
+def block_addresses(dtype: str, lookup: bool = False) -> np.ndarray:
+    """(9,) int64: where the machine code of each block of ``path(lookup)`` lies in this process, in the order of
+    ``BLOCKS``, compiled (or loaded from numba's cache) for ``block_types(dtype)``; each block's return type checked
+    against ``RESULTS``."""
     where = []
-    for name in BLOCKS:
+    for stage, name in zip(BLOCKS, path(lookup)):
         block, sig = globals()[name], block_types(dtype)[name]
         block.compile(sig)
         compiled = block.overloads[sig]
-        returns = compiled.signature.return_type
-        if returns != RESULTS.get(name, types.none):
-            raise TypeError(f"{name} returns {returns}, not {RESULTS.get(name, types.none)}: correct step.RESULTS")
+        returns, declared = compiled.signature.return_type, RESULTS.get(stage, types.none)
+        if returns != declared:
+            raise TypeError(f"{name} returns {returns}, not {declared}: correct step.RESULTS")
         where.append(compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name))
     return np.array(where, np.int64)
 
 
 @intrinsic
 def call(typingctx, block, work, args):
-    """``block(*args)``, one of the ``BLOCKS``: its own machine code, at the address ``work.blocks`` holds, rather
+    """``block(*args)``, one of the ``BLOCKS`` (or the block of ``BY_LOOKUP`` that the ``Work`` holds in its place):
+    its own machine code, at the address ``work.blocks`` holds, rather
     than its code linked into the caller. A compiled call links the callee's code in, and LLVM then optimises and
     emits all of it again with the caller: compiling ``stretch.train_steps``, which runs all nine blocks, took 4.1 s
     that way, 1.2 s with ``call`` (a 2-core AMD EPYC, the blocks already compiled); a step runs as fast (one
@@ -832,9 +900,10 @@ def call(typingctx, block, work, args):
 
 @njit(error_model="numpy", fastmath=FAST, nogil=True, inline="always")
 def run_block(which, s, buf, x, target, setup, out, work):
-    """Block number ``which`` of ``BLOCKS`` for member s (``call``: the block's own machine code); ``_loss`` writes
-    the member's mean log-likelihood and correct predictions into ``out``. Each block reads what the blocks before
-    it wrote in ``work``. (``benchmarks/profile_blocks`` times the blocks one by one through it.)"""
+    """Block number ``which`` of ``BLOCKS`` for member s (``call``: the block's own machine code, or that of the
+    block of ``BY_LOOKUP`` in its place where the ``Work`` holds that one); ``_loss`` writes the member's mean
+    log-likelihood and correct predictions into ``out``. Each block reads what the blocks before it wrote in
+    ``work``. (``benchmarks/profile_blocks`` times the blocks one by one through it.)"""
     p, xs, ts = buf[s], x[s], target[s]
     if which == 0:
         call(_project, work, (p, setup, work))
