@@ -21,10 +21,9 @@ product of the query turned for position j with the key, computed for the batch'
 ``_logits``, ``_loss``, ``_backward_logits``, ``_backward_softmax``, ``_backward_table``, ``_backward_projections``;
 RoPE by lookup runs four of its own in place of the table's: ``BY_LOOKUP``), each a function with the equation it
 computes in its docstring and the code under it, compiled and cached on its own, so that the first compile can
-share them between two processes (``first_compile``) and a model compiles only the blocks of its
-path. ``step_in`` calls each
-(``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so that
-compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
+share them between two processes (``first_compile``) and a model compiles only the blocks of its path. ``step_in``
+calls each (``run_block``, which knows each block's arguments) at its own machine code where it lies (``call``), so
+that compiling ``step_in`` or ``stretch.train_steps`` does not optimise and emit the nine blocks' code once more. The
 working arrays (``StepArrays``, by name) are made once per call (``step_arrays``), not once per step, and reach
 compiled code as one reference (``Work``), which also holds the blocks' addresses. The products go through
 ``matmul.matmul`` where the right operand has contiguous rows and ``matmul.matmul_t`` (A B^T) where its transpose
@@ -315,7 +314,7 @@ def _logit_table(setup, work):
     one = work.cst[0]
     scale = work.cst[1]
     zero = one - one
-    B, L = work.lg.shape
+    L = work.lg.shape[1]
     has_rows = kind == ROWS
     VV = V * V
     if kind == ROTATE:
