@@ -76,9 +76,9 @@ def as_tokens(x: np.ndarray) -> np.ndarray:
 LOOKUP_RATIO = 4
 
 
-@njit(cache=True, inline="always")
-def by_lookup(kind, V, B):
-    """Whether the step computes RoPE's logits key by key (``LOOKUP_RATIO``) rather than as the table T."""
+def by_lookup(kind: int, V: int, B: int) -> bool:
+    """Whether the step computes RoPE's logits key by key (``LOOKUP_RATIO``) rather than as the table T: which blocks
+    a ``Work`` holds (``step_arrays``), chosen in Python before the step runs."""
     return kind == ROTATE and V * V > LOOKUP_RATIO * B
 
 
@@ -198,7 +198,7 @@ def step_arrays(like: np.ndarray, setup: StepSetup, B: int, L: int) -> Work:
     ``stretch.train_steps`` or of ``table_step``, not once per step (numpy, not compiled: it would add 2.4 s to the
     first compile). Compiles the blocks of the setup's path for the dtype where this process has not
     (``block_addresses``)."""
-    where = block_addresses(str(like.dtype), bool(by_lookup(setup.kind, setup.V, B)))
+    where = block_addresses(str(like.dtype), by_lookup(setup.kind, setup.V, B))
     return _work(*_arrays(like.dtype, setup, B, L)._replace(blocks=where))
 
 
