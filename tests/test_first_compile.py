@@ -4,6 +4,7 @@ the step does not depend on it (a failed helper leaves the rest to this process)
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -67,31 +68,66 @@ def test_the_helper_runs_as_a_module() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+@pytest.mark.parametrize("fork", [True, False])
 @pytest.mark.parametrize("helper_fails", [False, True])
 def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                              helper_fails: bool) -> None:
-    """The first call for a dtype starts the helper and compiles this process's share; the marker then keeps later
-    calls, in this process or another, from doing it again. A helper that fails changes nothing of that."""
+                                                              fork: bool, helper_fails: bool) -> None:
+    """The first call for a dtype starts the helper (a fork of this process, or ``python -m``) and compiles this
+    process's share; the marker then keeps later calls, in this process or another, from doing it again. A helper that
+    fails changes nothing of that. The forked helper compiles ``HELPER`` (seen here through a file it writes: its
+    memory is its own) and never returns into this process's code."""
+    if fork and not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
     started: list[list[str]] = []
     compiled: list[tuple] = []
+    helper_ran = tmp_path / "helper-ran"
     popen = subprocess.Popen
+    types = {"made": "before the helper starts"}
+
+    def compile_these(names: tuple[str, ...], given: dict) -> None:
+        assert given is types
+        if names == first_compile.HELPER:  # in the forked helper
+            helper_ran.write_text(",".join(names))
+            if helper_fails:
+                raise RuntimeError("the helper fails")
+            return
+        compiled.append(names)
 
     def helper(args, **kw):
         started.append(args)
         return popen([sys.executable, "-c", f"raise SystemExit({int(helper_fails)})"], **kw)
 
+    monkeypatch.setattr(first_compile, "FORK", fork)
     monkeypatch.setattr(first_compile.subprocess, "Popen", helper)
-    monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: compiled.append((names, dtype)))
+    monkeypatch.setattr(first_compile, "compile_these", compile_these)
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: types)
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
     first_compile.compile_step("float32", "train_steps")
     first_compile.compile_step("float32", "step_in")  # the same process: nothing
-    assert started == [[sys.executable, "-m", "lengthgen.engine.first_compile", "float32"]]
-    assert compiled == [((*first_compile.HERE, "train_steps"), "float32")]
+    if fork:
+        assert started == [] and helper_ran.read_text() == ",".join(first_compile.HELPER)
+    else:
+        assert started == [[sys.executable, "-m", "lengthgen.engine.first_compile", "float32"]]
+        assert not helper_ran.exists()
+    assert compiled == [(*first_compile.HERE, "train_steps")]
     assert (tmp_path / "cache" / "first-compile-float32.done").exists()
     monkeypatch.setattr(first_compile, "_done", set())  # another process, the same cache folder: the marker
     first_compile.compile_step("float32", "train_steps")
-    assert len(started) == 1 and len(compiled) == 1
+    assert len(compiled) == 1 and len(started) == (0 if fork else 1)
+
+
+@pytest.mark.skipif(not first_compile.FORK, reason="the helper is started, not forked, on this platform")
+def test_the_forked_helper_writes_none_of_this_process_s_output(tmp_path: Path) -> None:
+    """Output this process had buffered appears once: the forked helper leaves by ``os._exit``, which writes out no
+    buffer it was forked with (an exit through Python's would write it a second time)."""
+    code = ("import sys, numba; from lengthgen.engine import first_compile as fc; "
+            "fc.compile_these = lambda names, types: None; fc.signatures = lambda dtype: {}; "
+            f"numba.config.CACHE_DIR = {str(tmp_path)!r}; sys.stdout.write('once'); "
+            "fc.compile_step('float32', 'train_steps')")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout == "once" and (tmp_path / "first-compile-float32.done").exists()
 
 
 def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
@@ -99,7 +135,8 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     (tmp_path / "a-file").write_text("")
     popen = subprocess.Popen
     monkeypatch.setattr(first_compile.subprocess, "Popen", lambda args, **kw: popen([sys.executable, "-c", "pass"], **kw))
-    monkeypatch.setattr(first_compile, "compile_these", lambda names, dtype: None)
+    monkeypatch.setattr(first_compile, "compile_these", lambda names, types: None)
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: {})
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "a-file" / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
     first_compile.compile_step("float64", "step_in")

@@ -14,7 +14,9 @@ each block longer to compile (the same tree of that session 13.3-14.2 s against 
 seventeenth); with the tiles compiled once per dtype and once per first compile (both processes compiled them) and
 the entry compiled beside the blocks: 15.7-15.8 -> 14.3-14.4 s, three rounds alternated; with RoPE by lookup in
 blocks of its own (``step.BY_LOOKUP``), compiled only for the models that take it, the two shares end together at
-13.4-13.6 s (benchmarks/README.md).
+13.4-13.6 s; with the helper a fork of this process (``FORK``, on Linux: no interpreter to start and nothing to
+import, 1.7 s there) and the shares sized again, 11.8-12.0 s against 12.6-13.0 s, four rounds alternated in the
+eighteenth session (benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -23,14 +25,18 @@ per dtype and cache folder: a marker file beside numba's cache says it was done.
 
 from __future__ import annotations
 
+import os
 import select
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numba
 import numpy as np
 import torch
+from numba.core.compiler_lock import global_compiler_lock
 
 from .. import draws
 from ..optim import Optimizer, update_step
@@ -38,19 +44,23 @@ from . import matmul, step, stretch
 
 # The first compile in two shares. The helper process compiles HELPER while this one compiles HERE and then the entry it
 # was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without
-# them: ``step.call``); the helper prints DONE once its share is in numba's cache. HELPER starts with the products'
+# them: ``step.call``); the helper writes DONE once its share is in numba's cache. HELPER starts with the products'
 # tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``; ``lane_sums`` everywhere), so
-# that the blocks which call them, all in HELPER, find them compiled; HERE holds none of them (before, each process
-# compiled the tiles its blocks called: both did most of them). The two blocks that call exp_neg, _attention and
-# _loss, are both here, so that it is compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about
-# together, the helper starting some 2 s later (its own interpreter and import).
+# that the blocks which call them, in HELPER first, find them compiled (``_project``, here, comes late enough to load
+# them from the cache). The two blocks that call exp_neg, _attention and _loss, are both here, so that it is
+# compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together with the helper forked (``FORK``):
+# the draws there, ``_project`` and ``_work`` here (a started helper begins some 2 s later: its own interpreter and
+# import).
 HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
-          "_logits", "_backward_logits", "_project", "_backward_softmax", "_work")
-HERE = ("_attention", "_loss", "update_step", "draw_steps")
+          "_logits", "_backward_logits", "_backward_softmax", "draw_steps")
+HERE = ("_attention", "_loss", "update_step", "_project", "_work")
 ENTRIES = ("train_steps", "step_in")
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
 DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
 HELPER_SECONDS = 300  # the longest this process waits for the helper
+# The helper as a fork of this process where that is safe (Linux; macOS's system libraries may not survive a fork of a
+# process that has used them, and Windows has none), else started as ``python -m lengthgen.engine.first_compile``.
+FORK = sys.platform.startswith("linux")
 _done: set[str] = set()  # the dtypes compile_step has seen in this process
 
 
@@ -99,10 +109,9 @@ def function(name: str) -> numba.core.registry.CPUDispatcher:
             **{name: getattr(matmul, name) for name in (*TILES, "lane_sums")}}.get(name) or getattr(step, name)
 
 
-def compile_these(names: tuple[str, ...], dtype: str) -> None:
-    """Compile (or load from numba's cache) the functions ``names`` for ``dtype``'s argument types (those of
-    ``TILES`` only where ``signatures`` has them)."""
-    types = signatures(dtype)
+def compile_these(names: tuple[str, ...], types: dict[str, tuple[numba.types.Type, ...]]) -> None:
+    """Compile (or load from numba's cache) the functions ``names`` for their argument types ``types``
+    (``signatures``; those of ``TILES`` only where it has them)."""
     for name in names:
         if name in types:
             function(name).compile(types[name])
@@ -120,16 +129,14 @@ def compile_step(dtype: str, entry: str) -> None:
     marker = folder / f"first-compile-{dtype}.done"
     if marker.exists():
         return
-    helper = subprocess.Popen([sys.executable, "-m", __name__, dtype], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True)
+    types = signatures(dtype)  # before a fork: the helper then runs no torch operation
+    done, stop = _forked(types) if FORK else _started(dtype)
     try:
-        compile_these((*HERE, entry), dtype)
-        _next_line(helper)  # DONE; what the helper left undone is compiled here, as it is called
+        compile_these((*HERE, entry), types)
+        # DONE, or the helper's end; what it left undone is compiled here, as it is called
+        select.select([done], [], [], HELPER_SECONDS)
     finally:
-        if helper.poll() is None:
-            helper.kill()
-        helper.wait()
-        helper.stdout.close()
+        stop()
     try:
         folder.mkdir(parents=True, exist_ok=True)
         marker.touch()
@@ -137,13 +144,56 @@ def compile_step(dtype: str, entry: str) -> None:
         pass
 
 
-def _next_line(helper: subprocess.Popen) -> None:
-    """Wait for the helper's next line (``DONE``), at most ``HELPER_SECONDS``; a helper that failed ends its output,
-    which ends the wait too."""
-    if select.select([helper.stdout], [], [], HELPER_SECONDS)[0]:
-        helper.stdout.readline()
+def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> tuple[int, Callable[[], None]]:
+    """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER``,
+    writes ``DONE`` into a pipe and leaves by ``os._exit`` (none of this process's exit handlers, nothing of its
+    buffered output written twice; its own output goes to the null device). Forked while this thread holds numba's
+    compiler lock, so that no other thread of this process is compiling at that moment. Returns the pipe's read end
+    (readable once the helper wrote ``DONE`` or ended) and a function that ends the helper."""
+    read, write = os.pipe()
+    with global_compiler_lock:
+        pid = os.fork()
+    if pid == 0:  # the helper
+        code = 1
+        try:
+            os.close(read)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            compile_these(HELPER, types)
+            os.write(write, f"{DONE}\n".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+
+    def stop() -> None:
+        os.close(read)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # it had ended (and is collected below)
+            pass
+        os.waitpid(pid, 0)
+
+    return read, stop
 
 
-if __name__ == "__main__":  # the helper: python -m lengthgen.engine.first_compile float32
-    compile_these(HELPER, sys.argv[1])
+def _started(dtype: str) -> tuple[int, Callable[[], None]]:
+    """The helper as a new process, ``python -m lengthgen.engine.first_compile dtype`` (where ``FORK`` is false):
+    its own interpreter and import. Returns the read end of its output (readable once it printed ``DONE`` or ended)
+    and a function that ends it."""
+    helper = subprocess.Popen([sys.executable, "-m", __name__, dtype], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL)
+
+    def stop() -> None:
+        if helper.poll() is None:
+            helper.kill()
+        helper.wait()
+        helper.stdout.close()
+
+    return helper.stdout.fileno(), stop
+
+
+if __name__ == "__main__":  # the started helper: python -m lengthgen.engine.first_compile float32
+    compile_these(HELPER, signatures(sys.argv[1]))
     print(DONE, flush=True)
