@@ -130,6 +130,28 @@ def test_the_forked_helper_writes_none_of_this_process_s_output(tmp_path: Path) 
     assert run.stdout == "once" and (tmp_path / "first-compile-float32.done").exists()
 
 
+@pytest.mark.parametrize("fork", [True, False])
+def test_no_helper_to_be_had_leaves_all_to_this_process(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                         fork: bool) -> None:
+    """Where no second process can be made (the fork or the start fails: memory, process limits), this process
+    compiles its share and the entry as ever, the rest as it is called, and leaves the marker."""
+    compiled: list[tuple] = []
+
+    def fails(*args, **kw):
+        raise OSError("no process to be had")
+
+    monkeypatch.setattr(first_compile, "FORK", fork)
+    monkeypatch.setattr(first_compile.os, "fork", fails)
+    monkeypatch.setattr(first_compile.subprocess, "Popen", fails)
+    monkeypatch.setattr(first_compile, "compile_these", lambda names, types: compiled.append(names))
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: {})
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(first_compile, "_done", set())
+    first_compile.compile_step("float32", "step_in")
+    assert compiled == [(*first_compile.HERE, "step_in")]
+    assert (tmp_path / "cache" / "first-compile-float32.done").exists()
+
+
 def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("")

@@ -130,11 +130,14 @@ def compile_step(dtype: str, entry: str) -> None:
     if marker.exists():
         return
     types = signatures(dtype)  # before a fork: the helper then runs no torch operation
-    done, stop = _forked(types) if FORK else _started(dtype)
+    try:
+        done, stop = _forked(types) if FORK else _started(dtype)
+    except OSError:  # no second process to be had (memory, process limits): this one compiles all, as it is called
+        done, stop = None, lambda: None
     try:
         compile_these((*HERE, entry), types)
-        # DONE, or the helper's end; what it left undone is compiled here, as it is called
-        select.select([done], [], [], HELPER_SECONDS)
+        if done is not None:  # DONE, or the helper's end; what it left undone is compiled here, as it is called
+            select.select([done], [], [], HELPER_SECONDS)
     finally:
         stop()
     try:
@@ -151,8 +154,13 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> tuple[int, Callab
     compiler lock, so that no other thread of this process is compiling at that moment. Returns the pipe's read end
     (readable once the helper wrote ``DONE`` or ended) and a function that ends the helper."""
     read, write = os.pipe()
-    with global_compiler_lock:
-        pid = os.fork()
+    try:
+        with global_compiler_lock:
+            pid = os.fork()
+    except OSError:
+        os.close(read)
+        os.close(write)
+        raise
     if pid == 0:  # the helper
         code = 1
         try:
