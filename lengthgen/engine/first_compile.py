@@ -42,25 +42,26 @@ from .. import draws
 from ..optim import Optimizer, update_step
 from . import matmul, step, stretch
 
+# The helper as a fork of this process where that is safe (Linux; macOS's system libraries may not survive a fork of a
+# process that has used them, and Windows has none), else started as ``python -m lengthgen.engine.first_compile``.
+FORK = sys.platform.startswith("linux")
+
 # The first compile in two shares. The helper process compiles HELPER while this one compiles HERE and then the entry it
 # was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without
 # them: ``step.call``); the helper writes DONE once its share is in numba's cache. HELPER starts with the products'
 # tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``; ``lane_sums`` everywhere), so
-# that the blocks which call them, in HELPER first, find them compiled (``_project``, here, comes late enough to load
-# them from the cache). The two blocks that call exp_neg, _attention and _loss, are both here, so that it is
-# compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together with the helper forked (``FORK``):
-# the draws there, ``_project`` and ``_work`` here (a started helper begins some 2 s later: its own interpreter and
-# import).
+# that the blocks which call them, in HELPER first, find them compiled (``_project``, when here, comes late enough to
+# load them from the cache). The two blocks that call exp_neg, _attention and _loss, are both here, so that it is
+# compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together: a forked helper (``FORK``) starts
+# compiling at once and takes the draws, ``_project`` and ``_work`` are compiled here; a started one begins some 2 s
+# later (its own interpreter and import) and takes those two instead of the draws.
 HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
-          "_logits", "_backward_logits", "_backward_softmax", "draw_steps")
-HERE = ("_attention", "_loss", "update_step", "_project", "_work")
+          "_logits", "_backward_logits", "_backward_softmax", *(("draw_steps",) if FORK else ("_project", "_work")))
+HERE = ("_attention", "_loss", "update_step", *(("_project", "_work") if FORK else ("draw_steps",)))
 ENTRIES = ("train_steps", "step_in")
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
 DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
 HELPER_SECONDS = 300  # the longest this process waits for the helper
-# The helper as a fork of this process where that is safe (Linux; macOS's system libraries may not survive a fork of a
-# process that has used them, and Windows has none), else started as ``python -m lengthgen.engine.first_compile``.
-FORK = sys.platform.startswith("linux")
 _done: set[str] = set()  # the dtypes compile_step has seen in this process
 
 
