@@ -158,14 +158,16 @@ def test_odd_and_even_vocabularies(vocab: int) -> None:
     assert_same(*both_steps(c, [0, 1], scale_readout=100.0), 1e-12)
 
 
-@pytest.mark.parametrize("vocab", [7, 15])
-def test_column_maxima_over_a_number_of_rows_not_a_multiple_of_four(vocab: int) -> None:
-    """The attention takes each query token's column maximum over the table's rows of V entries four rows at a time,
-    then the last rows one by one. NoPE's table has V rows, here 7 and 15: 3 left over. With the queries scaled up
-    300 times the logits spread over tens to hundreds, and a maximum that missed the last rows would pass
-    ``numerics.exp_neg`` positive arguments outside its range; the result is still the torch step's. (With the last
-    rows skipped this fails; tables by position, whose last rows hold the query's own position, did not show it.)"""
-    c = Config(encoding="nope", vocab=vocab, dtype="float64", batch=64)
+@pytest.mark.parametrize("encoding", ["nope", "rope"])
+@pytest.mark.parametrize("vocab", [7, 15, 16, 20])
+def test_column_maxima_in_tiles_and_one_by_one(encoding: str, vocab: int) -> None:
+    """The attention takes each query token's column maximum down the table's rows, W columns at a time in a
+    register tile (``matmul.register_tile``: 8 in float64), then the columns past the last multiple of W one by one:
+    here none of them (7), a tile and seven (15), two tiles (16), two tiles and four (20); over NoPE's V rows and
+    RoPE's L V. With the queries scaled up 300 times the logits spread over tens to hundreds, and a maximum that
+    missed a column or a row would pass ``numerics.exp_neg`` positive arguments outside its range; the result is
+    still the torch step's. (With the last columns skipped this fails.)"""
+    c = Config(encoding=encoding, vocab=vocab, dtype="float64", batch=64)
     assert_same(*both_steps(c, [0, 1], scale_queries=300.0), 1e-12)
 
 

@@ -77,23 +77,30 @@ def lanes_in_order(G, first, step, n, X, out, r, c):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n,d,step", [(16, 32, 1), (16, 32, 16), (16, 20, 16), (5, 7, 3), (3, 17, 1), (0, 8, 1)])
-def test_lane_sums_sum_each_column_in_order(dtype: type, n: int, d: int, step: int) -> None:
+@pytest.mark.parametrize("n,d,step,count,across", [(16, 32, 1, 1, 0), (16, 32, 1, 16, 16), (16, 32, 16, 16, 1),
+                                                   (16, 20, 16, 3, 1), (5, 7, 3, 2, 15), (3, 17, 1, 1, 0),
+                                                   (3, 40, 1, 2, 3), (0, 8, 1, 2, 1), (4, 8, 1, 0, 1)])
+def test_lane_sums_sum_each_column_in_order(dtype: type, n: int, d: int, step: int, count: int, across: int) -> None:
     """``lane_sums`` (RoPE's backward through the table, ``step._backward_table``) gives each of its two outputs'
-    entries as the in-order sum to the bit, down rows first + i step of G, for whole and cut tiles and an empty sum,
-    at the columns and rows it is told, and writes nothing else."""
+    entries as the in-order sum to the bit, down rows first + t across + i step of G for each of its ``count`` sets
+    t, for wide, whole and cut tiles (d 32 and 40 hold two tiles' columns in float32), an empty sum and no set, at
+    the rows and columns it is told, and writes nothing else."""
     rng = np.random.default_rng(11)
     first = 2
-    G = rng.standard_normal((first + max(n - 1, 0) * step + 1, d)).astype(dtype)
+    last = first + max(count - 1, 0) * across + max(n - 1, 0) * step
+    G = rng.standard_normal((last + 1, d)).astype(dtype)
     X, Y = rng.standard_normal((max(n, 1), d)).astype(dtype), rng.standard_normal((max(n, 1), d)).astype(dtype)
-    outX, outY = np.full((4, d + 3), np.nan, dtype), np.full((3, d), np.nan, dtype)
-    matmul.lane_sums(G, first, step, n, d, X, Y, outX, 1, 3, outY, 2, 0)
+    outX, outY = np.full((count + 2, d + 3), np.nan, dtype), np.full((count + 2, d), np.nan, dtype)
+    matmul.lane_sums(G, first, across, step, n, count, d, X, Y, outX, 1, 3, outY, 2, 0)
     wantX, wantY = np.full_like(outX, np.nan), np.full_like(outY, np.nan)
-    lanes_in_order(G, first, step, n, X, wantX, 1, 3)
-    lanes_in_order(G, first, step, n, Y, wantY, 2, 0)
+    for t in range(count):
+        lanes_in_order(G, first + t * across, step, n, X, wantX, 1 + t, 3)
+        lanes_in_order(G, first + t * across, step, n, Y, wantY, 2 + t, 0)
     assert np.array_equal(outX, wantX, equal_nan=True) and np.array_equal(outY, wantY, equal_nan=True)
-    rows = G[first:first + n * step:step] if n else G[:0]
-    np.testing.assert_allclose(outX[1, 3:], (rows.astype(np.float64) * X[:n]).sum(0), rtol=1e-4, atol=1e-4)
+    for t in range(count):
+        g0 = first + t * across
+        rows = G[g0:g0 + n * step:step] if n else G[:0]
+        np.testing.assert_allclose(outX[1 + t, 3:], (rows.astype(np.float64) * X[:n]).sum(0), rtol=1e-4, atol=1e-4)
 
 
 def test_a_non_finite_entry_stays_in_its_rows() -> None:

@@ -94,7 +94,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     any2, rows, row, i = numba.types.Array(f, 2, "A"), numba.types.Array(f, 2, "C"), numba.types.Array(f, 1, "C"), t(1)
     tiles = {"_tiles": (any2, rows, rows), "_transposed_tiles": (any2, rows, rows, row)} if matmul.OWN else {}
     return {**blocks, **tiles,
-            "lane_sums": (rows, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
+            "lane_sums": (rows, i, i, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
             "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
             "update_step": (t(p), t(p), t(update), t(1)),

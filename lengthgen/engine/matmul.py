@@ -20,7 +20,8 @@ too, where the tiles were not measured.
 
 ``lane_sums`` holds the same kind of tile for the sums of RoPE's backward through its table (``step._backward_table``):
 per column j, sum_i G[first + i step, j] X[i, j], two such sums at a time, each in the order i = 0, 1, ... by fused
-multiply-adds. It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us
+multiply-adds, over 2 x 64 bytes of columns at once where there are as many (eight registers of sums: a multiply-add
+waits four cycles for its previous term on a Zen 3, and four registers left the two units half idle). It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us
 against 10.0-10.1 us for the loops and eight-lane dot products before it, as AVX2 on the Intel Xeon (6.5-7.0 against
 8.7-9.0 natively; float32, RoPE with V 16, d 32, L 32, batch 256, one member; min of seven blocks of 2000 calls).
 
@@ -65,7 +66,7 @@ OWN = own_products()
 
 
 @intrinsic
-def _tile(typingctx, like):
+def register_tile(typingctx, like):
     """A zeroed (TILE_ROWS, TILE_BYTES / itemsize) C-contiguous array of ``like``'s dtype on the calling function's
     stack (no allocation; LLVM can keep it in registers)."""
     dtype = like.dtype
@@ -111,7 +112,7 @@ def _tiles(A, B, C):
     have constant lengths and its tile is indexed by constants only (LLVM unrolls the loops and keeps the tile in
     registers); a tile cut by the edge of C runs the same sums in a second tile, in loops of its own lengths."""
     m, n = C.shape
-    whole, edge = _tile(C), _tile(C)
+    whole, edge = register_tile(C), register_tile(C)
     zero = whole[0, 0]  # a tile is zeroed where it is made
     R, W = whole.shape  # TILE_ROWS, TILE_BYTES / itemsize: constants the compiler sees (C.itemsize is read at run time)
     for i0 in range(0, m, R):
@@ -199,18 +200,51 @@ def _lane_tile(tile, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX, outY
         outY[np.uint64(rY), np.uint64(cY + j)] = tile[1, j]
 
 
+@njit(fastmath=FAST, error_model="numpy", inline="always")
+def _lane_tile_wide(tile, zero, G, first, step, X, Y, n, j0, W, outX, rX, cX, outY, rY, cY):
+    """``_lane_tile`` over the 2 W columns j0 <= j < j0 + 2 W (W the tile's columns) at once, in all four rows of the
+    tile: eight sums in flight rather than four, enough to keep both multiply-add units busy while each sum waits
+    for its previous term (the same sums, each in the same order)."""
+    for r in range(4):
+        for j in range(W):
+            tile[r, j] = zero
+    for i in range(n):
+        g = np.uint64(first + i * step)
+        ui = np.uint64(i)
+        for j in range(W):
+            gj = G[g, np.uint64(j0 + j)]
+            tile[0, j] += gj * X[ui, np.uint64(j0 + j)]
+            tile[1, j] += gj * Y[ui, np.uint64(j0 + j)]
+        for j in range(W):
+            gj = G[g, np.uint64(j0 + W + j)]
+            tile[2, j] += gj * X[ui, np.uint64(j0 + W + j)]
+            tile[3, j] += gj * Y[ui, np.uint64(j0 + W + j)]
+    for j in range(W):
+        outX[np.uint64(rX), np.uint64(cX + j)] = tile[0, j]
+        outY[np.uint64(rY), np.uint64(cY + j)] = tile[1, j]
+        outX[np.uint64(rX), np.uint64(cX + W + j)] = tile[2, j]
+        outY[np.uint64(rY), np.uint64(cY + W + j)] = tile[3, j]
+
+
 @njit(cache=True, fastmath=FAST, error_model="numpy")
-def lane_sums(G, first, step, n, d, X, Y, outX, rX, cX, outY, rY, cY):
-    """outX[rX, cX + j] <- sum_i G[first + i step, j] X[i, j] and outY[rY, cY + j] <- sum_i G[first + i step, j] Y[i, j]
-    for i < n and j < d: sums of elementwise products down a strided set of G's rows, each column summed in order
-    i = 0, 1, ... by fused multiply-adds (the same bits at any vector width), in a tile of 64-byte rows held in
-    registers over the whole sum. G, X, Y, outX, outY with contiguous rows."""
-    whole, edge = _tile(G), _tile(G)
-    zero = whole[0, 0]
-    W = whole.shape[1]  # TILE_BYTES / itemsize: a constant the compiler sees
-    for j0 in range(0, d, W):
-        cols = min(W, d - j0)
-        if cols == W:
-            _lane_tile(whole, zero, G, first, step, X, Y, n, j0, W, outX, rX, cX + j0, outY, rY, cY + j0)
-        else:
-            _lane_tile(edge, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX + j0, outY, rY, cY + j0)
+def lane_sums(G, first, across, step, n, count, d, X, Y, outX, rX, cX, outY, rY, cY):
+    """For t < count and j < d: outX[rX + t, cX + j] <- sum_i G[first + t across + i step, j] X[i, j] and
+    outY[rY + t, cY + j] <- sum_i G[first + t across + i step, j] Y[i, j], i < n: sums of elementwise products down
+    strided sets of G's rows, each column summed in order i = 0, 1, ... by fused multiply-adds (the same bits at any
+    vector width), in a tile of 64-byte rows held in registers over the whole sum. G, X, Y, outX, outY with
+    contiguous rows. All ``count`` sets in one call: numba does not inline this function, and a call per set took
+    about a fifth of the sums' time. Two columns' tiles at a time (``_lane_tile_wide``), the columns past the last
+    2 W in tiles of runtime width (``_lane_tile``; a third variant for one whole tile added 0.4 s to the first compile
+    on a 2-core AMD EPYC Zen 3 for shapes the step does not take: d = 32 is one pass in float32, two in float64)."""
+    tile, edge = register_tile(G), register_tile(G)
+    zero = tile[0, 0]
+    W = tile.shape[1]  # TILE_BYTES / itemsize: a constant the compiler sees
+    for t in range(count):
+        g0 = first + t * across
+        j0 = 0
+        while d - j0 >= 2 * W:
+            _lane_tile_wide(tile, zero, G, g0, step, X, Y, n, j0, W, outX, rX + t, cX + j0, outY, rY + t, cY + j0)
+            j0 += 2 * W
+        for j0 in range(j0, d, W):
+            cols = min(W, d - j0)
+            _lane_tile(edge, zero, G, g0, step, X, Y, n, j0, cols, outX, rX + t, cX + j0, outY, rY + t, cY + j0)

@@ -45,7 +45,7 @@ from numba.core.errors import TypingError
 from numba.experimental import structref
 from numba.extending import intrinsic
 
-from .matmul import lane_sums, matmul, matmul_t
+from .matmul import OWN, lane_sums, matmul, matmul_t, register_tile
 from .numerics import FAST, dot8, exp_constants, exp_neg, int_scratch, lane_totals, log1p, log_constants, row_total
 
 # How the attention logit table is made (tables.TableStep's cases):
@@ -137,7 +137,7 @@ class StepArrays(NamedTuple):
     CD: np.ndarray  # (d, V^2) RoPE: per rotation pair, the cos and sin coefficients of T (1 column by lookup)
     Qr: np.ndarray  # (V L, d) RoPE by lookup: the query of token a turned for key position j (row a L + j), else (1, d)
     TP: np.ndarray  # (nX, V) X Wk q(a) (no rotation), then the gradient by it
-    top: np.ndarray  # (2, V) the largest table entry of each query token's column (in either row: ``_attention``)
+    top: np.ndarray  # (V,) the largest table entry of each query token's column
     query: np.ndarray  # (B,) int64 the query token a_i = x_i,L-1 of each sequence
     lg: np.ndarray  # (B, L) the attention logits, then the attention weights attn
     mass: np.ndarray  # (V, B) the attention on each token
@@ -236,7 +236,7 @@ def _arrays(dt: np.dtype, setup: StepSetup, B: int, L: int) -> StepArrays:
         X=empty((nX, d), dt), A=empty((nX, Y), dt), K=empty((nX, d), dt), QT=empty((d, V), dt),
         Av=empty((nX, d), dt), U=empty((d, V), dt), WoU=empty((d, V), dt), Yv=empty((nX, V), dt),
         T=empty(nT, dt), CD=empty((d, nC), dt), Qr=empty((nQ, d), dt), TP=empty((nX, V), dt),
-        top=empty((2, V), dt), query=empty(B, np.int64),
+        top=empty(V, dt), query=empty(B, np.int64),
         lg=empty((B, L), dt), mass=empty((V, B), dt), Z=empty((V, V), dt),
         yt=empty((V, B), dt), E=empty((V, B), dt), lanes=empty((B, 8), dt), rowtop=empty(B, dt),
         sums=empty(B, dt), rest=empty(B, dt),
@@ -383,29 +383,32 @@ def _attention(xs, setup, work):
     (``_weights_and_masses``). The query tokens a_i are kept in ``work.query`` for the blocks after this one.
     """
     kind, V = setup.kind, setup.V
-    T, tops, query, lg = work.T, work.top, work.query, work.lg
+    T, top, query, lg = work.T, work.top, work.query, work.lg
     B, L = work.lg.shape
     jstep = position_step(kind, V)
     for i in range(B):
         query[i] = xs[i, L - 1]
     nT = V * V if kind == NONE else L * V * V
-    # the columns' maxima so far, read from one row of tops and written to the other: LLVM compiles a select
-    # stored back where one side was loaded into a masked store, microcode on AMD's Zen 1-3 (see _loss)
-    top, top_next = tops[0], tops[1]
-    top[:] = -np.inf
-    nr4 = nT // V // 4 * 4
-    # (indices are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build this
-    # loop of element inserts and took 2 us of the block's 15 as AVX2; see benchmarks/README.md)
-    for r in range(0, nr4, 4):  # four rows at a time: a quarter of the stores to top
-        for a in range(V):
-            m01 = max(T[np.uint64(r * V + a)], T[np.uint64((r + 1) * V + a)])
-            m23 = max(T[np.uint64((r + 2) * V + a)], T[np.uint64((r + 3) * V + a)])
-            top_next[a] = max(top[a], max(m01, m23))
-        top, top_next = top_next, top
-    for r in range(nr4, nT // V):
-        for a in range(V):
-            top_next[a] = max(top[a], T[np.uint64(r * V + a)])
-        top, top_next = top_next, top
+    # each column's maximum down the table's nT / V rows, W columns at a time in a tile the compiler keeps in
+    # registers (a register tile's row: W = 64 bytes); the columns past the last whole W one at a time. Indices
+    # are cast to unsigned: numba then skips its fix-up of negative indices, which made LLVM build such loops of
+    # element inserts (see benchmarks/README.md)
+    acc = register_tile(T)
+    W = acc.shape[1]  # a constant the compiler sees
+    rows, uV = np.uint64(nT // V), np.uint64(V)
+    for a0 in range(0, V - W + 1, W):
+        for c in range(W):
+            acc[0, c] = -np.inf
+        for r in range(np.uint64(0), rows):
+            for c in range(W):
+                acc[0, c] = max(acc[0, c], T[r * uV + np.uint64(a0 + c)])
+        for c in range(W):
+            top[a0 + c] = acc[0, c]
+    for a in range(V // W * W, V):
+        m = T[np.uint64(a)]
+        for r in range(np.uint64(1), rows):
+            m = max(m, T[r * uV + np.uint64(a)])
+        top[a] = m
     for i in range(B):
         a = query[i]
         shift = top[a]  # read once: the stores to lg below could alias top, so the compiler reloads it per key
@@ -574,6 +577,16 @@ def _loss(ts, setup, work):
     return ll / B, hits
 
 
+@njit(fastmath=FAST, inline="always")
+def _rows_by_query(g, query, out):
+    """out[a] += sum_(i: query_i = a) g[i], each in the order i = 0, 1, ...: g (B, V), query (B,), out (V, V).
+    (Unsigned indices: numba's fix-up of negative ones kept this loop from vectorising, 1.8 -> 1 us at B 256, V 16.)"""
+    for i in range(g.shape[0]):
+        a = np.uint64(query[i])
+        for c in range(np.uint64(g.shape[1])):
+            out[a, c] += g[np.uint64(i), c]
+
+
 @njit(cache=True, error_model="numpy", fastmath=FAST)
 def _backward_logits(setup, work):
     """Backward: the logits to Yv, R and the attention.
@@ -593,10 +606,10 @@ def _backward_logits(setup, work):
         matmul_t(lg.T, E, gYv[V:], work.BT)
     gR[:] = 0
     if residual:
-        for i in range(B):
-            a = query[i]
-            for c in range(V):
-                gR[a, c] += g[i, c]
+        if OWN:  # g's rows as matmul_t left them in BT (g = E^T, contiguous rows)
+            _rows_by_query(work.BT[:B * V].reshape((B, V)), query, gR)
+        else:
+            _rows_by_query(g, query, gR)
     matmul(YvT, E, gM)  # the gradient of a unit of attention on each token (transposed)
     for i in range(B):  # sum_j attn_j g_attn_j = mass . gM (+ attn . gP)
         sums[i] = mass[0, i] * gM[0, i]
@@ -698,11 +711,11 @@ def _backward_table(setup, work):
                 ks[r, e], ks[r, o] = K[r, o], K[r, e]
         # 1 and 0 as int64 values rather than literals: numba compiles a function anew for each literal it is passed
         # (lane_sums twice, 0.9 s each on a 2-core AMD EPYC, in a process's first compile)
-        unit, col0 = np.int64(1), np.int64(0)  # the rows' step, the first column
-        for b in range(V):  # M into gA[b, d:2d], N into gX[b]: over the rows b V + a, a < V
-            lane_sums(gCD, b * V, unit, V, d, A, qs, gA, b, d, gX, b, col0)
-        for a in range(V):  # P into gQ[a], R[a]: over the rows b V + a, b < V
-            lane_sums(gCD, a, V, V, d, K, ks, gQ, a, col0, R, a, col0)
+        unit, start = np.int64(1), np.int64(0)  # a step of one row; the first row and column
+        # M into gA[b, d:2d], N into gX[b], for each b: over the rows b V + a, a < V
+        lane_sums(gCD, start, V, unit, V, V, d, A, qs, gA, start, d, gX, start, start)
+        # P into gQ[a], R[a], for each a: over the rows b V + a, b < V
+        lane_sums(gCD, start, unit, V, V, V, d, K, ks, gQ, start, start, R, start, start)
         for r in range(V):
             for q in range(d // 2):
                 e, o = 2 * q, 2 * q + 1
