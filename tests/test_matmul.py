@@ -79,12 +79,14 @@ def lanes_in_order(G, first, step, n, X, out, r, c):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("n,d,step,count,across", [(16, 32, 1, 1, 0), (16, 32, 1, 16, 16), (16, 32, 16, 16, 1),
                                                    (16, 20, 16, 3, 1), (5, 7, 3, 2, 15), (3, 17, 1, 1, 0),
-                                                   (3, 40, 1, 2, 3), (0, 8, 1, 2, 1), (4, 8, 1, 0, 1)])
+                                                   (3, 40, 1, 2, 3), (0, 8, 1, 2, 1), (4, 8, 1, 0, 1),
+                                                   (16, 16, 1, 16, 16), (16, 16, 16, 16, 1)])
 def test_lane_sums_sum_each_column_in_order(dtype: type, n: int, d: int, step: int, count: int, across: int) -> None:
     """``lane_sums`` (RoPE's backward through the table, ``step._backward_table``) gives each of its two outputs'
     entries as the in-order sum to the bit, down rows first + t across + i step of G for each of its ``count`` sets
-    t, for wide, whole and cut tiles (d 32 and 40 hold two tiles' columns in float32), an empty sum and no set, at
-    the rows and columns it is told, and writes nothing else."""
+    t: by two tiles' columns at a time (d 32 in both dtypes, 40 in float32), by one tile's columns two sets at a time
+    (d 16, 17 and 20 in float32, with an odd number of sets too; d 8 in float64), by single columns (the rest), an
+    empty sum and no set; at the rows and columns it is told, writing nothing else."""
     rng = np.random.default_rng(11)
     first = 2
     last = first + max(count - 1, 0) * across + max(n - 1, 0) * step

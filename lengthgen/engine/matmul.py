@@ -181,49 +181,31 @@ def matmul_t(A, B, C, scratch):
 
 
 @njit(fastmath=FAST, error_model="numpy", inline="always")
-def _lane_tile(tile, zero, G, first, step, X, Y, n, j0, cols, outX, rX, cX, outY, rY, cY):
-    """Rows 0 and 1 of ``tile`` <- sum over i < n of G[first + i step, j] X[i, j] and of G[...] Y[i, j], for the
-    columns j0 <= j < j0 + cols (cols <= the tile's columns), summed in order i = 0, 1, ... by fused multiply-adds;
-    then written to outX[rX, cX + j - j0] and outY[rY, cY + j - j0]. Unsigned indices, as in ``_tile_product``."""
-    for r in range(2):
-        for j in range(cols):
-            tile[r, j] = zero
-    for i in range(n):
-        g = np.uint64(first + i * step)
-        ui = np.uint64(i)
-        for j in range(cols):
-            gj = G[g, np.uint64(j0 + j)]
-            tile[0, j] += gj * X[ui, np.uint64(j0 + j)]
-            tile[1, j] += gj * Y[ui, np.uint64(j0 + j)]
-    for j in range(cols):
-        outX[np.uint64(rX), np.uint64(cX + j)] = tile[0, j]
-        outY[np.uint64(rY), np.uint64(cY + j)] = tile[1, j]
-
-
-@njit(fastmath=FAST, error_model="numpy", inline="always")
-def _lane_tile_wide(tile, zero, G, first, step, X, Y, n, j0, W, outX, rX, cX, outY, rY, cY):
-    """``_lane_tile`` over the 2 W columns j0 <= j < j0 + 2 W (W the tile's columns) at once, in all four rows of the
-    tile: eight sums in flight rather than four, enough to keep both multiply-add units busy while each sum waits
-    for its previous term (the same sums, each in the same order)."""
+def _lane_tile(tile, zero, G, step, X, Y, n, W, gA, jA, outX, rXA, cXA, outY, rYA, cYA, gB, jB, rXB, cXB, rYB, cYB):
+    """Two tiles' sums at once: rows 0 and 1 of ``tile`` <- sum over i < n of G[gA + i step, jA + j] X[i, jA + j] and
+    of G[...] Y[i, jA + j] for the W columns j < W (W the tile's columns), written to outX[rXA, cXA + j] and
+    outY[rYA, cYA + j]; rows 2 and 3 the same from gB, jB into rows rXB, rYB at columns cXB, cYB (the next W columns
+    of the same rows of G, or the same columns of another set of rows). Each summed in order i = 0, 1, ... by fused
+    multiply-adds. Eight registers of sums in flight: with four (one tile), a Zen 3's two multiply-add units stood
+    half idle, each sum waiting four cycles for its previous term. Unsigned indices, as in ``_tile_product``."""
     for r in range(4):
         for j in range(W):
             tile[r, j] = zero
     for i in range(n):
-        g = np.uint64(first + i * step)
-        ui = np.uint64(i)
+        ga, gb, ui = np.uint64(gA + i * step), np.uint64(gB + i * step), np.uint64(i)
         for j in range(W):
-            gj = G[g, np.uint64(j0 + j)]
-            tile[0, j] += gj * X[ui, np.uint64(j0 + j)]
-            tile[1, j] += gj * Y[ui, np.uint64(j0 + j)]
+            g = G[ga, np.uint64(jA + j)]
+            tile[0, j] += g * X[ui, np.uint64(jA + j)]
+            tile[1, j] += g * Y[ui, np.uint64(jA + j)]
         for j in range(W):
-            gj = G[g, np.uint64(j0 + W + j)]
-            tile[2, j] += gj * X[ui, np.uint64(j0 + W + j)]
-            tile[3, j] += gj * Y[ui, np.uint64(j0 + W + j)]
+            g = G[gb, np.uint64(jB + j)]
+            tile[2, j] += g * X[ui, np.uint64(jB + j)]
+            tile[3, j] += g * Y[ui, np.uint64(jB + j)]
     for j in range(W):
-        outX[np.uint64(rX), np.uint64(cX + j)] = tile[0, j]
-        outY[np.uint64(rY), np.uint64(cY + j)] = tile[1, j]
-        outX[np.uint64(rX), np.uint64(cX + W + j)] = tile[2, j]
-        outY[np.uint64(rY), np.uint64(cY + W + j)] = tile[3, j]
+        outX[np.uint64(rXA), np.uint64(cXA + j)] = tile[0, j]
+        outY[np.uint64(rYA), np.uint64(cYA + j)] = tile[1, j]
+        outX[np.uint64(rXB), np.uint64(cXB + j)] = tile[2, j]
+        outY[np.uint64(rYB), np.uint64(cYB + j)] = tile[3, j]
 
 
 @njit(cache=True, fastmath=FAST, error_model="numpy")
@@ -231,20 +213,36 @@ def lane_sums(G, first, across, step, n, count, d, X, Y, outX, rX, cX, outY, rY,
     """For t < count and j < d: outX[rX + t, cX + j] <- sum_i G[first + t across + i step, j] X[i, j] and
     outY[rY + t, cY + j] <- sum_i G[first + t across + i step, j] Y[i, j], i < n: sums of elementwise products down
     strided sets of G's rows, each column summed in order i = 0, 1, ... by fused multiply-adds (the same bits at any
-    vector width), in a tile of 64-byte rows held in registers over the whole sum. G, X, Y, outX, outY with
-    contiguous rows. All ``count`` sets in one call: numba does not inline this function, and a call per set took
-    about a fifth of the sums' time. Two columns' tiles at a time (``_lane_tile_wide``), the columns past the last
-    2 W in tiles of runtime width (``_lane_tile``; a third variant for one whole tile added 0.4 s to the first compile
-    on a 2-core AMD EPYC Zen 3 for shapes the step does not take: d = 32 is one pass in float32, two in float64)."""
-    tile, edge = register_tile(G), register_tile(G)
+    vector width), in tiles of 64-byte rows held in registers over the whole sum. G, X, Y, outX, outY with contiguous
+    rows. All ``count`` sets in one call: numba does not inline this function, and a call per set took about a fifth
+    of the sums' time. Two tiles at a time (``_lane_tile``): the columns by 2 W (W a tile's columns: d = 32 is one
+    pass in float32, two in float64), then a last W columns two sets at a time (d = 16 in float32), then the columns
+    left one by one, in plain loops. (A third tile variant for them, of runtime width, added 0.2-0.3 s to this
+    function's first compile on a 2-core AMD EPYC, Zen 3.)"""
+    tile = register_tile(G)
     zero = tile[0, 0]
     W = tile.shape[1]  # TILE_BYTES / itemsize: a constant the compiler sees
+    wide = d // (2 * W) * (2 * W)  # the columns taken by 2 W
+    single = wide + W if d - wide >= W else wide  # ... and then by one tile
+    per = wide // (2 * W)  # tiles' pairs a set
+    pairs = count * per + ((count + 1) // 2 if single > wide else 0)
+    for k in range(pairs):  # one call site: the tile's code is inlined once
+        if k < count * per:  # the next 2 W columns of a set
+            t = k // per
+            u, jA = t, k % per * 2 * W
+            jB = jA + W
+        else:  # the last W columns of two sets (an odd count's last set twice: the same sums written twice)
+            t = 2 * (k - count * per)
+            u, jA, jB = min(t + 1, count - 1), wide, wide
+        _lane_tile(tile, zero, G, step, X, Y, n, W, first + t * across, jA, outX, rX + t, cX + jA, outY, rY + t,
+                   cY + jA, first + u * across, jB, rX + u, cX + jB, rY + u, cY + jB)
     for t in range(count):
-        g0 = first + t * across
-        j0 = 0
-        while d - j0 >= 2 * W:
-            _lane_tile_wide(tile, zero, G, g0, step, X, Y, n, j0, W, outX, rX + t, cX + j0, outY, rY + t, cY + j0)
-            j0 += 2 * W
-        for j0 in range(j0, d, W):
-            cols = min(W, d - j0)
-            _lane_tile(edge, zero, G, g0, step, X, Y, n, j0, cols, outX, rX + t, cX + j0, outY, rY + t, cY + j0)
+        g = first + t * across
+        for j in range(single, d):
+            sx = sy = zero
+            for i in range(n):
+                gj = G[np.uint64(g + i * step), np.uint64(j)]
+                sx += gj * X[np.uint64(i), np.uint64(j)]
+                sy += gj * Y[np.uint64(i), np.uint64(j)]
+            outX[np.uint64(rX + t), np.uint64(cX + j)] = sx
+            outY[np.uint64(rY + t), np.uint64(cY + j)] = sy

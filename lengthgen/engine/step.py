@@ -580,7 +580,8 @@ def _loss(ts, setup, work):
 @njit(fastmath=FAST, inline="always")
 def _rows_by_query(g, query, out):
     """out[a] += sum_(i: query_i = a) g[i], each in the order i = 0, 1, ...: g (B, V), query (B,), out (V, V).
-    (Unsigned indices: numba's fix-up of negative ones kept this loop from vectorising, 1.8 -> 1 us at B 256, V 16.)"""
+    At B 256, V 16 on a Zen 3: 1.8 us by signed indices into g = E^T as a strided view, about 1 us by unsigned ones
+    into E^T's contiguous copy (``_backward_logits``); either change alone saved nothing."""
     for i in range(g.shape[0]):
         a = np.uint64(query[i])
         for c in range(np.uint64(g.shape[1])):
