@@ -20,10 +20,11 @@ too, where the tiles were not measured.
 
 ``lane_sums`` holds the same kind of tile for the sums of RoPE's backward through its table (``step._backward_table``):
 per column j, sum_i G[first + i step, j] X[i, j], two such sums at a time, each in the order i = 0, 1, ... by fused
-multiply-adds, over 2 x 64 bytes of columns at once where there are as many (eight registers of sums: a multiply-add
-waits four cycles for its previous term on a Zen 3, and four registers left the two units half idle). It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us
-against 10.0-10.1 us for the loops and eight-lane dot products before it, as AVX2 on the Intel Xeon (6.5-7.0 against
-8.7-9.0 natively; float32, RoPE with V 16, d 32, L 32, batch 256, one member; min of seven blocks of 2000 calls).
+multiply-adds, two tiles at a time (2 x 64 bytes of columns, or the last 64 bytes of two sets of rows: eight registers
+of sums, as a multiply-add waits four cycles for its previous term on a Zen 3, and four registers left the two units
+half idle). It runs on every machine (there is no BLAS routine to prefer): with it that block took 8.3-8.7 us against
+10.0-10.1 us for the loops and eight-lane dot products before it, as AVX2 on the Intel Xeon (6.5-7.0 against 8.7-9.0
+natively; float32, RoPE with V 16, d 32, L 32, batch 256, one member; min of seven blocks of 2000 calls).
 
 The tiles need LLVM's SLP vectoriser (straight-line code into vector instructions), which numba leaves off by
 default: this module turns it on for the functions compiled after its import. It makes vector instructions of
@@ -173,7 +174,8 @@ def matmul_t(A, B, C, scratch):
     else numpy's BLAS. A (m, k) of any layout; B (n, k) and C (m, n) with contiguous rows. The copy costs less than
     OpenBLAS's packing of a transposed operand: as AVX2 on an Intel Xeon (float32, min of seven blocks of 2000 calls),
     16 x 256 x 16 in 2.25 us with the copy against 3.13 us through OpenBLAS, 16 x 112 x 32 in 1.86 against 2.42 us,
-    32 x 16 x 32 in 0.51 against 0.72 us."""
+    32 x 16 x 32 in 0.51 against 0.72 us. Where ``OWN``, the copy B^T (k, n) stays in ``scratch[:k n]`` after the
+    call (``step._backward_logits`` reads g = E^T there)."""
     if OWN:
         _transposed_tiles(_any_layout(A), B, C, scratch)
     else:
