@@ -3,11 +3,14 @@ left in the same state, several times faster than torch's call for the small bat
 
 torch's CPU generator is mt19937; ``randint_`` draws into a tensor (``task.TrainStream``), ``draw_steps`` draws many
 steps' batches of many members in one compiled call (``tables.TableStep.run``, before a stretch of steps: on a second
-thread ahead of a lone model, on the path of each thread that trains a group of an ensemble's members).
+thread ahead of a lone model, on the path of each thread that trains a group of an ensemble's members), from each
+member's state as ``mt_state`` reads it (uint32 words, kept across the stretch's blocks, written back once after it).
 tests/test_fused.py checks the draws against ``torch.randint`` bitwise.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import torch
@@ -16,6 +19,10 @@ from numba import njit
 # torch's CPU generator (mt19937) as ``Generator.get_state`` lays it out: the number of words left + 1
 # (int32 at byte 8), the next word (uint64 at byte 16), the 624 words (uint64 each, from byte 24)
 _MT_STATE_BYTES, _MT_N, _MT_M = 5056, 624, 397
+# where each lies in the state's bytes read as 32-bit words: the count, the low half of the next word's index and of
+# each word (a 64-bit field's low half comes first on a little-endian machine, second on a big-endian one)
+_LOW = 0 if sys.byteorder == "little" else 1
+_LEFT, _NEXT, _WORDS = 2, 4 + _LOW, 6 + _LOW  # the first word's; each next two on
 # its constants as 32-bit unsigned integers: the words hold 32 bits, and in 32-bit lanes the twist and the tempering
 # run twice as many words to a vector as in torch's 64-bit ones (numba turns a mix of signed and unsigned 64-bit
 # integers into floats, so every operand is one of these)
@@ -52,34 +59,62 @@ def _mt_temper(y):
     return np.uint32(y ^ (y >> _S18))
 
 
+def mt_state(generator: torch.Generator) -> np.ndarray | None:
+    """The generator's mt19937 state as the compiled draws read it, (626,) uint32: its 624 words (in torch's state
+    uint64 words holding 32 bits each), then the number of words left + 1 and the next word's index; None where the
+    generator is not torch's CPU mt19937 (``is_mt``). ``set_mt_state`` writes it back."""
+    state = generator.get_state()
+    if not _mt_layout(generator, state):
+        return None
+    mt = np.empty(_MT_N + 2, np.uint32)
+    mt_read(state.numpy().view(np.uint32), mt)
+    return mt
+
+
+def set_mt_state(generator: torch.Generator, mt: np.ndarray) -> None:
+    """Put the state ``mt`` (``mt_state``'s layout, advanced by the draws) back into the generator: its words,
+    words left and next index into torch's layout, the rest of the generator's state as it was."""
+    state = generator.get_state()
+    mt_write(mt, state.numpy().view(np.uint32))
+    generator.set_state(state)
+
+
+def is_mt(generator: torch.Generator) -> bool:
+    """Whether the generator is torch's CPU mt19937, its state in the layout the draws read."""
+    return _mt_layout(generator, generator.get_state())
+
+
+def _mt_layout(generator: torch.Generator, state: torch.Tensor) -> bool:
+    """Whether ``state``, the generator's, is torch's CPU mt19937 layout."""
+    return generator.device.type == "cpu" and state.numel() == _MT_STATE_BYTES
+
+
 @njit(cache=True)
-def _mt_load(state, words, place):
-    """words (624,) uint32 <- the generator state's words (``state``: uint8, ``Generator.get_state``'s layout, whose
-    uint64 words hold 32 bits: in uint32 a vector holds twice as many), place (2,) int64 <- its (words left + 1, next
-    word)."""
-    state_words = state[24:24 + 8 * _MT_N].view(np.uint64)
+def mt_read(w, mt):
+    """mt (626,) uint32 <- the words, words left + 1 and next index of torch's state w (its bytes as uint32), each
+    the low half of its field. (Indices into the state's bytes viewed as 32-bit words in NumPy, not views of other
+    types in numba: those took over a second to compile, on a new process's first call.)"""
     for i in range(_MT_N):
-        words[i] = np.uint32(state_words[i])
-    place[0] = state[8:12].view(np.int32)[0]
-    place[1] = state[16:24].view(np.uint64)[0]
+        mt[i] = w[_WORDS + 2 * i]
+    mt[_MT_N], mt[_MT_N + 1] = w[_LEFT], w[_NEXT]
 
 
 @njit(cache=True)
-def _mt_store(state, words, place):
-    """The generator state ``state`` <- words and place, as ``_mt_load`` read them."""
-    state_words = state[24:24 + 8 * _MT_N].view(np.uint64)
+def mt_write(mt, w):
+    """torch's state w (its bytes as uint32) <- mt's words, words left + 1 and next index, into the low half of each
+    field (the high halves are zero: 32-bit words, a count and an index below 625)."""
     for i in range(_MT_N):
-        state_words[i] = np.uint64(words[i])
-    state[8:12].view(np.int32)[0] = place[0]
-    state[16:24].view(np.uint64)[0] = place[1]
+        w[_WORDS + 2 * i] = mt[i]
+    w[_LEFT], w[_NEXT] = mt[_MT_N], mt[_MT_N + 1]
 
 
 @njit(cache=True)
-def _mt_draw(words, place, out, high):
-    """out <- the next len(out) draws of torch.randint(high, ...) from mt19937's words and place (``_mt_load``),
+def _mt_draw(mt, out, high):
+    """out <- the next len(out) draws of torch.randint(high, ...) from the mt19937 state ``mt`` (``mt_state``),
     advanced in place: each draw is the next tempered word modulo high (its low bits where high is a power of two,
     else the remainder by a float reciprocal and one correction, exact for words < 2^32)."""
-    left, at = place[0], place[1]
+    words = mt[:_MT_N]
+    left, at = np.int64(mt[_MT_N]), np.int64(mt[_MT_N + 1])
     inv = 1.0 / high
     pow2 = (high & (high - 1)) == 0
     mask = np.uint32(high - 1)
@@ -102,17 +137,17 @@ def _mt_draw(words, place, out, high):
         left -= c
         at += c
         k += c
-    place[0], place[1] = left, at
+    mt[_MT_N], mt[_MT_N + 1] = np.uint32(left), np.uint32(at)
 
 
 @njit(cache=True)
-def _mt_randint(state, out, high):
-    """out <- the next len(out) draws of torch.randint(high, ...) from the generator state ``state`` (uint8,
-    ``Generator.get_state``'s layout), advanced in place (``_mt_draw`` on its words in uint32)."""
-    words, place = np.empty(_MT_N, np.uint32), np.empty(2, np.int64)
-    _mt_load(state, words, place)
-    _mt_draw(words, place, out, high)
-    _mt_store(state, words, place)
+def _mt_randint(w, out, high):
+    """out <- the next len(out) draws of torch.randint(high, ...) from torch's state w (its bytes as uint32),
+    advanced in place (``_mt_draw`` on its words as ``mt_read`` reads them)."""
+    mt = np.empty(_MT_N + 2, np.uint32)
+    mt_read(w, mt)
+    _mt_draw(mt, out, high)
+    mt_write(mt, w)
 
 
 def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.Tensor:
@@ -120,41 +155,19 @@ def randint_(out: torch.Tensor, high: int, generator: torch.Generator) -> torch.
     left in the same state, drawn by ``_mt_randint`` (several times faster) for a CPU generator and a
     contiguous int64 ``out``; by torch otherwise."""
     state = generator.get_state()
-    if (generator.device.type != "cpu" or state.numel() != _MT_STATE_BYTES or out.dtype != torch.int64
-            or not out.is_contiguous() or not 0 < high < 2**31):
+    if not _mt_layout(generator, state) or out.dtype != torch.int64 or not out.is_contiguous() or not 0 < high < 2**31:
         return torch.randint(high, out.shape, generator=generator, out=out)
-    _mt_randint(state.numpy(), out.numpy().reshape(-1), high)
+    _mt_randint(state.numpy().view(np.uint32), out.numpy().reshape(-1), high)
     generator.set_state(state)
     return out
-
-
-def mt_state(generator: torch.Generator) -> np.ndarray | None:
-    """The generator's state as ``_mt_load`` reads it (uint8, ``Generator.get_state``'s layout, a copy), or
-    None where it cannot (not torch's CPU mt19937 layout)."""
-    state = generator.get_state()
-    if generator.device.type != "cpu" or state.numel() != _MT_STATE_BYTES:
-        return None
-    return state.numpy()
 
 
 @njit(cache=True, nogil=True)
 def draw_steps(states, xs, high):
     """xs (k, S, B, L) <- k steps of batches: member s's tokens of each step drawn from its mt19937 state
-    ``states[s]`` (advanced in place), as ``_mt_randint``; xs of any integer type that holds tokens below ``high``
-    (the compiled step's ``engine.step.TOKENS``). Each state's words are read into uint32 once for the call
-    (``_mt_load``) and written back once after it.
-
-    One batch of the default task (256 x 32 tokens, V 16, into the step's uint16; 100 batches a call, min of seven;
-    an Intel Xeon, three rounds alternated): in torch's uint64 words 4.07-4.69 us natively, 6.01-6.87 us as AVX2;
-    in uint32 words 2.62-2.77 and 3.37-3.48 us read and written back for each batch; read once a call, 2.19-2.38
-    and 2.81-3.01 us against 2.33-2.60 and 3.04-3.23 us for each batch (three more rounds alternated, a quicker
-    hour)."""
+    ``states[s]`` ((S, 626) uint32, ``mt_state``'s layout, advanced in place), as ``randint_``; xs of any integer type
+    that holds tokens below ``high`` (the compiled step's ``engine.step.TOKENS``)."""
     k, S, B, L = xs.shape
-    words, place = np.empty((S, _MT_N), np.uint32), np.empty((S, 2), np.int64)
-    for s in range(S):
-        _mt_load(states[s], words[s], place[s])
     for i in range(k):
         for s in range(S):
-            _mt_draw(words[s], place[s], xs[i, s].reshape(B * L), high)
-    for s in range(S):
-        _mt_store(states[s], words[s], place[s])
+            _mt_draw(states[s], xs[i, s].reshape(B * L), high)

@@ -290,10 +290,10 @@ class TableStep(Layout):
     def runs_ahead(self, opt: Optimizer, stream: TrainStream) -> bool:
         """Whether ``run`` can take this training's steps: the compiled step (CPU, no MLP), an update the stretches
         compute as ``opt.step`` does (``Optimizer.stretches``: Adam, gradient or sign descent without weight decay,
-        a constant step size), one training length, and draws from torch's CPU generators (``draws.mt_state``)."""
+        a constant step size), one training length, and draws from torch's CPU generators (``draws.is_mt``)."""
         lo, hi = stream.c.lengths
         return (self.compiled and opt.stretches() and lo == hi
-                and all(draws.mt_state(g) is not None for g in stream.gens))
+                and all(draws.is_mt(g) for g in stream.gens))
 
     def run(self, opt: Optimizer, stream: TrainStream, members: np.ndarray, offsets: np.ndarray, n: int,
             threads: int = 1, stop: engine_stretch.EarlyStop | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -413,7 +413,7 @@ class TableStep(Layout):
             taken = train_rows(slice(0, S), 0, n, stop is not None)
         opt.t += taken
         for i, state in zip(members, states if states is not None else []):
-            stream.gens[i].set_state(torch.from_numpy(state))
+            draws.set_mt_state(stream.gens[i], state)
         return torch.from_numpy(loglik[:taken]), torch.from_numpy(correct[:taken])
 
     def forward(self, buf: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -285,7 +285,8 @@ def test_token_draws_are_torch_randint(high: int) -> None:
 def test_drawn_steps_are_torch_randint_as_the_step_reads_them(high: int) -> None:
     """draws.draw_steps, into the step's own token type (two bytes), gives each member's batches in turn as
     torch.randint from that member's generator, across refills of the 624 words, and leaves each state where
-    torch leaves it (its 32-bit words copied back into torch's 64-bit layout)."""
+    torch leaves it: written back (``draws.set_mt_state``) into a generator of the same seed, its 32-bit words in
+    torch's 64-bit layout, it has torch's state to the byte."""
     k, S, B, L = 5, 3, 64, 17  # 5 x 1088 draws a member: several refills, none on a batch's edge
     gens = [torch.Generator().manual_seed(100 * high + s) for s in range(S)]
     states = np.stack([draws.mt_state(g) for g in gens])
@@ -294,7 +295,10 @@ def test_drawn_steps_are_torch_randint_as_the_step_reads_them(high: int) -> None
     for s, g in enumerate(gens):
         for i in range(k):
             assert np.array_equal(xs[i, s], torch.randint(high, (B, L), generator=g).numpy()), (s, i)
-        assert np.array_equal(states[s], g.get_state().numpy()), s
+        ours = torch.Generator().manual_seed(100 * high + s)
+        draws.set_mt_state(ours, states[s])
+        assert torch.equal(ours.get_state(), g.get_state()), s
+        assert np.array_equal(draws.mt_state(ours), states[s]), s
 
 
 def test_working_arrays_and_drawn_blocks_start_on_a_cache_line() -> None:

@@ -12,7 +12,7 @@ import torch
 from lengthgen import Config, draws, tables
 from lengthgen.config import ConfigError
 from lengthgen.engine import step as engine_step
-from lengthgen.engine import stretch
+from lengthgen.engine import first_compile, stretch
 from lengthgen.model import Model
 from lengthgen.optim import Optimizer
 from lengthgen.recipes import SMALL_STEPS
@@ -236,6 +236,7 @@ def test_run_draws_into_the_same_room_each_call(monkeypatch: pytest.MonkeyPatch)
     step = TableStep(SMALL, model.encoding, SMALL.train_length)
     opt = Optimizer("adam", step.pack(model), [SMALL.lr])
     stream = TrainStream(SMALL, [0])
+    first_compile.compile_step("float32", "train_steps")  # before the recorders stand in for what it compiles
     where: list[int] = []
     draw_steps = draws.draw_steps
     monkeypatch.setattr(draws, "draw_steps", lambda states, into, V: (where.append(into.ctypes.data),

@@ -16,7 +16,9 @@ the entry compiled beside the blocks: 15.7-15.8 -> 14.3-14.4 s, three rounds alt
 blocks of its own (``step.BY_LOOKUP``), compiled only for the models that take it, the two shares end together at
 13.4-13.6 s; with the helper a fork of this process (``FORK``, on Linux: no interpreter to start and nothing to
 import, 1.7 s there) and the shares sized again, 11.8-12.0 s against 12.6-13.0 s, four rounds alternated in the
-eighteenth session (benchmarks/README.md).
+eighteenth session (benchmarks/README.md). With no array viewed as another dtype in compiled code (the generators'
+states in ``draws.mt_read``, ``numerics.log1p``), the draws 2.4-4.0 -> 1.3-1.6 s to compile and ``_loss`` about 0.4 s
+less (one process, CPU time; twentieth session).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -35,7 +37,6 @@ from typing import Callable
 
 import numba
 import numpy as np
-import torch
 from numba.core.compiler_lock import global_compiler_lock
 
 from .. import draws
@@ -55,9 +56,10 @@ FORK = sys.platform.startswith("linux")
 # compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together: a forked helper (``FORK``) starts
 # compiling at once and takes the draws, ``_project`` and ``_work`` are compiled here; a started one begins some 2 s
 # later (its own interpreter and import) and takes those two instead of the draws.
+DRAWS = ("draw_steps", "mt_read", "mt_write")  # the batches' draws, and mt_state's reads and writes of the generators
 HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
-          "_logits", "_backward_logits", "_backward_softmax", *(("draw_steps",) if FORK else ("_project", "_work")))
-HERE = ("_attention", "_loss", "update_step", *(("_project", "_work") if FORK else ("draw_steps",)))
+          "_logits", "_backward_logits", "_backward_softmax", *(DRAWS if FORK else ("_project", "_work")))
+HERE = ("_attention", "_loss", "update_step", *(("_project", "_work") if FORK else DRAWS))
 ENTRIES = ("train_steps", "step_in")
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
 DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
@@ -84,7 +86,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     blocks = {name: step.block_types(dtype)[name] for name in step.path(False)}  # the table's (RoPE by lookup: later)
     w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
     _, update = Optimizer("adam", buf, [c.lr]).update_arrays()
-    states = np.stack([draws.mt_state(torch.Generator().manual_seed(0))])
+    states, mt = np.zeros((1, 1), np.uint32), np.zeros(1, np.uint32)  # (S, 626) ``draws.mt_state``; (626,) one
     t = numba.typeof
     su = t(setup)
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
@@ -97,6 +99,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
             "lane_sums": (rows, i, i, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
             "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
+            "mt_read": (t(mt), t(mt)), "mt_write": (t(mt), t(mt)),
             "update_step": (t(p), t(p), t(update), t(1)),
             "train_steps": (t(1), t(p), t(xs), t(np.zeros(1, np.int64)), su, t(update), t(0), t(history), w,
                             t(stretch.never_stop(1))),
@@ -105,8 +108,10 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
 
 def function(name: str) -> numba.core.registry.CPUDispatcher:
     """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``, a
-    function of ``engine.matmul``, ``draws.draw_steps``, ``optim.update_step`` or ``stretch.train_steps``)."""
-    return {"draw_steps": draws.draw_steps, "update_step": update_step, "train_steps": stretch.train_steps,
+    function of ``engine.matmul``, ``draws.draw_steps``, ``mt_read`` or ``mt_write``, ``optim.update_step`` or
+    ``stretch.train_steps``)."""
+    return {"draw_steps": draws.draw_steps, "mt_read": draws.mt_read, "mt_write": draws.mt_write,
+            "update_step": update_step, "train_steps": stretch.train_steps,
             **{name: getattr(matmul, name) for name in (*TILES, "lane_sums")}}.get(name) or getattr(step, name)
 
 
