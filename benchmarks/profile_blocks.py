@@ -180,14 +180,28 @@ def mkl_product(loop: Callable, a: np.ndarray, b: np.ndarray) -> Callable[[int],
 
 
 @njit
-def _tiles_loop(n, a, b, out, scratch):
-    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here: as ``matmul`` takes
-    them where b's rows are contiguous, else as ``matmul_t`` does (b^T's rows contiguous: b copied into ``scratch``)."""
+def _tiles_loop(n, a, b, out):
+    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here, as ``matmul`` takes
+    them (b's rows contiguous)."""
     for _ in range(n):
-        if b.strides[1] == b.itemsize:
-            matmul._tiles(matmul._any_layout(a), b, out)
-        else:
-            matmul._transposed_tiles(matmul._any_layout(a), b.T, out, scratch)
+        matmul._tiles(matmul._any_layout(a), b, out)
+
+
+@njit
+def _transposed_loop(n, a, bt, out, scratch):
+    """``n`` times out = a @ bt^T by ``engine.matmul``'s tiles, as ``matmul_t`` takes them (bt C-contiguous, copied
+    transposed into ``scratch`` first)."""
+    for _ in range(n):
+        matmul._transposed_tiles(matmul._any_layout(a), bt, out, scratch)
+
+
+def tiles_product(n: int, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    """``n`` times out = a @ b by ``engine.matmul``'s tiles, whatever ``matmul.OWN`` says here: as ``matmul`` where b's
+    rows are contiguous, else as ``matmul_t`` (b = B^T, a view of a C-contiguous B, copied into a scratch first)."""
+    if b.strides[1] == b.itemsize:
+        _tiles_loop(n, a, b, out)
+    else:
+        _transposed_loop(n, a, b.T, out, step.aligned_empty(b.size, b.dtype))
 
 
 def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
@@ -203,8 +217,8 @@ def product_us(case: Case, calls: int, repeats: int) -> dict[str, dict]:
         blas = np.empty((m, k), a.dtype)
         row = {"shape": f"{m} x {q} x {k}", "blas_us": best_us(lambda n: _dot(n, a, b, blas), calls, repeats),
                "mkl_us": None, "mkl_same_bits": None}
-        tiles, scratch = np.empty((m, k), a.dtype), np.empty(q * k, a.dtype)
-        row["tiles_us"] = best_us(lambda n: _tiles_loop(n, a, b, tiles, scratch), calls, repeats)
+        tiles = np.empty((m, k), a.dtype)
+        row["tiles_us"] = best_us(lambda n: tiles_product(n, a, b, tiles), calls, repeats)
         if loop is not None:
             mkl = mkl_product(loop, a, b)
             row["mkl_us"] = best_us(mkl, calls, repeats)

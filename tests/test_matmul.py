@@ -50,7 +50,8 @@ def test_tiles_sum_each_entry_in_order(dtype: type) -> None:
 def test_transposed_tiles_sum_each_entry_in_order(dtype: type) -> None:
     """``_transposed_tiles`` (``matmul_t``'s A B^T where the tiles are taken) gives the in-order sums of A @ B^T to
     the bit, for the same shapes, with a scratch longer than B (only its first k n entries used), and with A as a
-    transposed view (the step's lg^T g)."""
+    transposed view (the step's lg^T g); B^T is left in the scratch (``step._backward_logits`` reads it), copied by
+    whole blocks of a register's lanes and one entry at a time past them (shapes with and without whole blocks)."""
     rng = np.random.default_rng(9)
     for m, k, n in SHAPES:
         A = rng.standard_normal((m, k)).astype(dtype)
@@ -62,6 +63,7 @@ def test_transposed_tiles_sum_each_entry_in_order(dtype: type) -> None:
         matmul._transposed_tiles(np.ascontiguousarray(A.T).T, B, by_view, scratch)
         assert np.array_equal(ours, theirs) and np.array_equal(ours, by_view), (m, k, n)
         assert np.isnan(scratch[k * n:]).all()
+        assert np.array_equal(scratch[:k * n].reshape((k, n)), B.T), (m, k, n)
         np.testing.assert_allclose(ours, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
 
 

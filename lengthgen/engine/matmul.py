@@ -14,9 +14,9 @@ each addition a fused multiply-add, in this order for every entry (those of tile
 do not depend on the vector width the code was compiled for (tests/test_matmul.py). On that Xeon as AVX2: 32 x 32 x
 256 in 4.8-5.7 us, the step's smaller products 1.6-2.9x faster than OpenBLAS's (benchmarks/README.md). The step calls
 it for its products whose right operand has contiguous rows (ten of RoPE's fourteen), and ``matmul_t`` for the
-other four (A B^T): B^T copied into a scratch array, then the same tiles. With AVX-512 (``OWN`` false) the step
-keeps OpenBLAS's kernels, faster there than these tiles (32 x 32 x 256: 2.9-3.7 against 4.7-5.2 us); off x86-64
-too, where the tiles were not measured.
+other four (A B^T): B^T copied into a scratch array, in square blocks transposed in registers, then the same tiles.
+With AVX-512 (``OWN`` false) the step keeps OpenBLAS's kernels, faster there than these tiles (32 x 32 x 256: 2.9-3.7
+against 4.7-5.2 us); off x86-64 too, where the tiles were not measured.
 
 ``lane_sums`` holds the same kind of tile for the sums of RoPE's backward through its table (``step._backward_table``):
 per column j, sum_i G[first + i step, j] X[i, j], two such sums at a time, each in the order i = 0, 1, ... by fused
@@ -39,6 +39,7 @@ import platform
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.codegen import get_host_cpu_features
@@ -156,14 +157,89 @@ def matmul(A, B, C):
         np.dot(A, B, C)
 
 
+VECTOR_BYTES = 32  # an AVX2 register: B^T is copied in square blocks of its lanes (8 float32 or 4 float64)
+
+
+def _columns(builder: ir.IRBuilder, rows: list[ir.Value]) -> list[ir.Value]:
+    """The columns of a square block given as its w rows (w vectors of w lanes, w = 8 or 4), by shuffles of whole
+    registers (AVX's unpack, shuffle and 128-bit permute): rows interleaved in pairs, the pairs' lanes in pairs, then
+    (w = 8) the 128-bit halves exchanged."""
+    w = len(rows)
+
+    def shuffle(a: ir.Value, b: ir.Value, lanes: list[int]) -> ir.Value:  # lane i < w of a, w + i of b
+        return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), w), lanes))
+
+    even, odd = ([0, 4, 2, 6], [1, 5, 3, 7]) if w == 4 else ([0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15])
+    pairs = [shuffle(rows[i], rows[i + 1], lanes) for i in range(0, w, 2) for lanes in (even, odd)]
+    if w == 4:  # pairs: (r0 r1 even, odd), (r2 r3 even, odd) -> columns 0, 1, 2, 3
+        low, high = [0, 1, 4, 5], [2, 3, 6, 7]
+        return [shuffle(pairs[0], pairs[2], low), shuffle(pairs[1], pairs[3], low),
+                shuffle(pairs[0], pairs[2], high), shuffle(pairs[1], pairs[3], high)]
+    low, high = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    quads = [shuffle(pairs[i + h], pairs[i + 2 + h], lanes) for i in (0, 4) for h in (0, 1) for lanes in (low, high)]
+    # quads[j] holds columns j and j + 4 of rows 0-3, quads[4 + j] those of rows 4-7
+    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    return ([shuffle(quads[j], quads[4 + j], first) for j in range(4)]
+            + [shuffle(quads[j], quads[4 + j], second) for j in range(4)])
+
+
+@intrinsic
+def _transpose_block(typingctx, src, dst, r0, q0):
+    """dst[q0 + i, r0 + j] <- src[r0 + j, q0 + i] for i, j < w (w = ``VECTOR_BYTES`` / itemsize): a square block of
+    ``src`` written transposed into ``dst``, both C-contiguous, by w loads of whole rows, ``_columns`` and w stores.
+    The caller keeps the block inside both arrays (no bounds check)."""
+    if not (isinstance(src, types.Array) and src.layout == "C" and src.ndim == 2 and dst == src
+            and src.dtype in (types.float32, types.float64)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        item = context.get_data_type(src.dtype)
+        size = context.get_abi_sizeof(item)
+        w = VECTOR_BYTES // size
+        vector = ir.VectorType(item, w).as_pointer()
+        intp = context.get_value_type(types.intp)
+        S, D = (make_array(src)(context, builder, a) for a in args[:2])
+        r, q = args[2], args[3]
+
+        def row(array, first: ir.Value, i: int, column: ir.Value) -> ir.Value:  # &array[first + i, column], a vector
+            at = builder.add(builder.mul(builder.add(first, intp(i)), builder.extract_value(array.strides, 0)),
+                             builder.mul(column, intp(size)))
+            return builder.inttoptr(builder.add(builder.ptrtoint(array.data, intp), at), vector)
+
+        columns = _columns(builder, [builder.load(row(S, r, i, q), align=size) for i in range(w)])
+        for i in range(w):
+            builder.store(columns[i], row(D, q, i, r), align=size)
+        return context.get_dummy_value()
+
+    return types.none(src, dst, types.intp, types.intp), codegen
+
+
+@intrinsic
+def _lanes(typingctx, like):
+    """The entries of ``like``'s dtype in ``VECTOR_BYTES``: a constant the compiler sees."""
+    def codegen(context, builder, signature, args):
+        return context.get_constant(types.intp, VECTOR_BYTES // context.get_abi_sizeof(
+            context.get_data_type(like.dtype)))
+
+    return types.intp(like), codegen
+
+
 @njit(cache=True, fastmath=FAST, error_model="numpy")
 def _transposed_tiles(A, B, C, scratch):
     """C <- A @ B^T by ``_tiles``, B^T first copied into the first k n entries of ``scratch`` (1D, contiguous): A (m,
-    k) of any layout, B (n, k) and C (m, n) with contiguous rows."""
+    k) of any layout, B (n, k) and C (m, n) C-contiguous. The copy goes by square blocks of a register's lanes
+    (``_transpose_block``), the rows and columns past the last whole block one entry at a time. On a 2-core AMD EPYC
+    (Zen 3), float32, min of seven blocks of 2000 calls: E^T of the step's mass g (B 16 x 256) 1.29-1.77 -> 0.37 us,
+    W^T of its dA W^T (32 x 112) 1.40-1.41 -> 0.30-0.33 us, against one entry at a time (benchmarks/README.md)."""
     n, k = B.shape
     BT = scratch[:k * n].reshape((k, n))
-    for q in range(k):  # along BT's rows: each written once, in order
-        for r in range(n):
+    w = _lanes(B)
+    nw, kw = n // w * w, k // w * w  # the rows and columns of B in whole blocks
+    for r0 in range(0, nw, w):
+        for q0 in range(0, kw, w):
+            _transpose_block(B, BT, r0, q0)
+    for q in range(k):  # the rest, along BT's rows
+        for r in range(nw if q < kw else 0, n):
             BT[q, r] = B[r, q]
     _tiles(A, BT, C)
 
@@ -171,11 +247,12 @@ def _transposed_tiles(A, B, C, scratch):
 @njit(cache=True, fastmath=FAST, error_model="numpy", inline="always")
 def matmul_t(A, B, C, scratch):
     """C <- A @ B^T, as np.dot(A, B.T, C): by ``_transposed_tiles`` where ``OWN`` (``scratch``: at least k n entries),
-    else numpy's BLAS. A (m, k) of any layout; B (n, k) and C (m, n) with contiguous rows. The copy costs less than
-    OpenBLAS's packing of a transposed operand: as AVX2 on an Intel Xeon (float32, min of seven blocks of 2000 calls),
-    16 x 256 x 16 in 2.25 us with the copy against 3.13 us through OpenBLAS, 16 x 112 x 32 in 1.86 against 2.42 us,
-    32 x 16 x 32 in 0.51 against 0.72 us. Where ``OWN``, the copy B^T (k, n) stays in ``scratch[:k n]`` after the
-    call (``step._backward_logits`` reads g = E^T there)."""
+    else numpy's BLAS. A (m, k) of any layout; B (n, k) C-contiguous and C (m, n) with contiguous rows. The copy
+    costs less than OpenBLAS's packing of a transposed operand: as AVX2 on an Intel Xeon (float32, min of seven blocks
+    of 2000 calls), 16 x 256 x 16 in 2.25 us with the copy against 3.13 us through OpenBLAS, 16 x 112 x 32 in 1.86
+    against 2.42 us, 32 x 16 x 32 in 0.51 against 0.72 us, the copy then one entry at a time (by blocks since: see
+    ``_transposed_tiles``). Where ``OWN``, the copy B^T (k, n) stays in ``scratch[:k n]`` after the call
+    (``step._backward_logits`` reads g = E^T there)."""
     if OWN:
         _transposed_tiles(_any_layout(A), B, C, scratch)
     else:
