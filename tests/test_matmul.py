@@ -64,6 +64,10 @@ def test_transposed_tiles_sum_each_entry_in_order(dtype: type) -> None:
         assert np.array_equal(ours, theirs) and np.array_equal(ours, by_view), (m, k, n)
         assert np.isnan(scratch[k * n:]).all()
         assert np.array_equal(scratch[:k * n].reshape((k, n)), B.T), (m, k, n)
+        frozen = B.copy()
+        frozen.setflags(write=False)  # a read-only B (another numba type than the scratch's) copies as well
+        matmul._transposed_tiles(A, frozen, by_view, scratch)
+        assert np.array_equal(ours, by_view) and np.array_equal(scratch[:k * n].reshape((k, n)), B.T), (m, k, n)
         np.testing.assert_allclose(ours, A.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
 
 

@@ -188,8 +188,8 @@ def _transpose_block(typingctx, src, dst, r0, q0):
     """dst[q0 + i, r0 + j] <- src[r0 + j, q0 + i] for i, j < w (w = ``VECTOR_BYTES`` / itemsize): a square block of
     ``src`` written transposed into ``dst``, both C-contiguous, by w loads of whole rows, ``_columns`` and w stores.
     The caller keeps the block inside both arrays (no bounds check)."""
-    if not (isinstance(src, types.Array) and src.layout == "C" and src.ndim == 2 and dst == src
-            and src.dtype in (types.float32, types.float64)):
+    if not all(isinstance(a, types.Array) and a.layout == "C" and a.ndim == 2 and a.dtype == src.dtype
+               for a in (src, dst)) or src.dtype not in (types.float32, types.float64):
         return None
 
     def codegen(context, builder, signature, args):
