@@ -473,7 +473,7 @@ def rows(r: dict) -> list[tuple[str, str, bool, str]]:
     out = [
         (f"RoPE, one model, the small-step recipe ({sm['recipe']})", "<= 0.5 s",
          sm["wall"] <= 0.5,
-         f"{sm['wall']:.2f} s (cpu {sm['cpu']:.2f}); baseline, same recipe, {sm['baseline_estimate']['wall']:.0f} s "
+         f"{sm['wall']:.3f} s (cpu {sm['cpu']:.3f}); baseline, same recipe, {sm['baseline_estimate']['wall']:.0f} s "
          f"(its s/step x steps): {sm['ratio']['wall']:.0f}x"),
         (f"RoPE, one model, the first-fit recipe ({ff['recipe']}): {ff['steps']} steps", "report", True,
          f"{ff['wall'] * 1e3:.0f} ms (cpu {ff['cpu'] * 1e3:.0f}), {ff['cpu'] / ff['steps'] * 1e6:.0f} us of CPU a step; "
