@@ -202,9 +202,8 @@ def _transpose_block(typingctx, src, dst, r0, q0):
         r, q = args[2], args[3]
 
         def row(array, first: ir.Value, i: int, column: ir.Value) -> ir.Value:  # &array[first + i, column], a vector
-            at = builder.add(builder.mul(builder.add(first, intp(i)), builder.extract_value(array.strides, 0)),
-                             builder.mul(column, intp(size)))
-            return builder.inttoptr(builder.add(builder.ptrtoint(array.data, intp), at), vector)
+            at = cgutils.get_item_pointer(context, builder, src, array, [builder.add(first, intp(i)), column])
+            return builder.bitcast(at, vector)
 
         columns = _columns(builder, [builder.load(row(S, r, i, q), align=size) for i in range(w)])
         for i in range(w):
