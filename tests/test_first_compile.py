@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numba
@@ -29,7 +30,8 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     of ``train_steps``, ``draw_steps`` and ``table_step`` are recorded, and fresh copies of ``step_in`` and
     ``train_steps`` (uncached, so that typing them registers what they call in each callee) are compiled for the
     types of those calls, and uncached copies of the blocks for their types (``step.block_types``), which registers
-    the products' functions they call."""
+    the products' functions they call. A forked helper's share is all in ``step_signatures`` (the types it has when
+    it is forked before torch is imported)."""
     first_compile.compile_step(dtype, "train_steps")  # before the recorders stand in for the functions it compiles
     seen: dict[str, object] = {}
     train_steps, draw_steps, table_step = stretch.train_steps, draws.draw_steps, step.table_step
@@ -54,6 +56,10 @@ def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, 
     parts = (first_compile.HELPER, first_compile.HERE, first_compile.ENTRIES)
     named = [name for part in parts for name in part if name in types or name not in first_compile.TILES]
     assert sorted(named) == sorted(types), "each function in one share, the tiles where the step takes them"
+    free = first_compile.step_signatures(dtype)  # what a helper forked before torch is given
+    if first_compile.FORK:
+        assert {name for name in first_compile.HELPER if name in types} <= set(free)
+    assert all(free[name] == sig for name, sig in types.items() if name in free)
     assert set(first_compile.TILES) <= set(types) if matmul.OWN else not set(first_compile.TILES) & set(types)
     for name, sig in types.items():
         assert sig == calls[name] if name in calls else sig in first_compile.function(name).signatures, (
@@ -84,9 +90,10 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
     popen = subprocess.Popen
     types = {"made": "before the helper starts"}
 
-    def compile_these(names: tuple[str, ...], given: dict) -> None:
+    def compile_these(names: tuple[str, ...], given: dict, parent: int | None = None) -> None:
         assert given is types
         if names == first_compile.HELPER:  # in the forked helper
+            assert parent == (os.getppid() if fork else None)
             helper_ran.write_text(",".join(names))
             if helper_fails:
                 raise RuntimeError("the helper fails")
@@ -103,6 +110,7 @@ def test_compile_step_starts_the_helper_once_per_cache_folder(monkeypatch: pytes
     monkeypatch.setattr(first_compile, "signatures", lambda dtype: types)
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})  # none forked when this process imported the package
     first_compile.compile_step("float32", "train_steps")
     first_compile.compile_step("float32", "step_in")  # the same process: nothing
     if fork:
@@ -122,7 +130,7 @@ def test_the_forked_helper_writes_none_of_this_process_s_output(tmp_path: Path) 
     """Output this process had buffered appears once: the forked helper leaves by ``os._exit``, which writes out no
     buffer it was forked with (an exit through Python's would write it a second time)."""
     code = ("import sys, numba; from lengthgen.engine import first_compile as fc; "
-            "fc.compile_these = lambda names, types: None; fc.signatures = lambda dtype: {}; "
+            "fc.compile_these = lambda *args: None; fc.signatures = lambda dtype: {}; fc._early.clear(); "
             f"numba.config.CACHE_DIR = {str(tmp_path)!r}; sys.stdout.write('once'); "
             "fc.compile_step('float32', 'train_steps')")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -143,10 +151,12 @@ def test_no_helper_to_be_had_leaves_all_to_this_process(monkeypatch: pytest.Monk
     monkeypatch.setattr(first_compile, "FORK", fork)
     monkeypatch.setattr(first_compile.os, "fork", fails)
     monkeypatch.setattr(first_compile.subprocess, "Popen", fails)
-    monkeypatch.setattr(first_compile, "compile_these", lambda names, types: compiled.append(names))
+    monkeypatch.setattr(first_compile, "compile_these", lambda names, types, parent=None: compiled.append(names))
     monkeypatch.setattr(first_compile, "signatures", lambda dtype: {})
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})
+    first_compile.start()  # the fork fails: no helper, and no error
     first_compile.compile_step("float32", "step_in")
     assert compiled == [(*first_compile.HERE, "step_in")]
     assert (tmp_path / "cache" / "first-compile-float32.done").exists()
@@ -154,15 +164,104 @@ def test_no_helper_to_be_had_leaves_all_to_this_process(monkeypatch: pytest.Monk
 
 def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
+    """A cache folder that cannot be made (here a file stands where its parent would be): no helper forked when the
+    package is imported (``start``), and the first compile goes on without error and leaves no marker."""
     (tmp_path / "a-file").write_text("")
-    popen = subprocess.Popen
-    monkeypatch.setattr(first_compile.subprocess, "Popen", lambda args, **kw: popen([sys.executable, "-c", "pass"], **kw))
-    monkeypatch.setattr(first_compile, "compile_these", lambda names, types: None)
+    forked: list[dict] = []
+    monkeypatch.setattr(first_compile, "FORK", True)
+    monkeypatch.setattr(first_compile, "_forked", lambda types: forked.append(types))  # and returns no helper
+    monkeypatch.setattr(first_compile, "compile_these", lambda *args: None)
     monkeypatch.setattr(first_compile, "signatures", lambda dtype: {})
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "a-file" / "cache"))
     monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})
+    monkeypatch.delenv(first_compile.AT_IMPORT, raising=False)
+    first_compile.start("float64")
+    assert forked == [] and first_compile._early == {}
     first_compile.compile_step("float64", "step_in")
-    assert not (tmp_path / "a-file" / "cache").exists()
+    assert len(forked) == 1 and not (tmp_path / "a-file" / "cache").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_the_helper_forked_at_import_is_the_one_compile_step_takes(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """``start`` (at the package's import, on a first run) forks the helper, which compiles ``HELPER`` for the types
+    ``step_signatures`` gives; the first ``compile_step`` of that dtype forks no other, compiles ``HERE`` and the
+    entry here, waits for the helper and leaves the marker."""
+    compiled: list[tuple] = []
+    helper_ran = tmp_path / "helper-ran"
+    free = {"made": "without torch"}
+    forks: list[int] = []
+    fork = os.fork
+
+    def compile_these(names: tuple[str, ...], given: dict, parent: int | None = None) -> None:
+        if names == first_compile.HELPER:  # in the forked helper
+            helper_ran.write_text(f"{','.join(names)} {given is free} {parent == os.getppid()}")
+            return
+        compiled.append(names)
+
+    monkeypatch.setattr(first_compile, "FORK", True)
+    monkeypatch.setattr(first_compile.os, "fork", lambda: (forks.append(1), fork())[1])
+    monkeypatch.setattr(first_compile, "compile_these", compile_these)
+    monkeypatch.setattr(first_compile, "step_signatures", lambda dtype: free)
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: {})
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})
+    monkeypatch.delenv(first_compile.AT_IMPORT, raising=False)
+    first_compile.start()
+    first_compile.start()  # once
+    assert len(forks) == 1 and set(first_compile._early) == {"float32"}
+    first_compile.compile_step("float32", "train_steps")
+    assert len(forks) == 1 and first_compile._early == {}
+    assert helper_ran.read_text() == f"{','.join(first_compile.HELPER)} True True"
+    assert compiled == [(*first_compile.HERE, "train_steps")]
+    assert (tmp_path / "cache" / "first-compile-float32.done").exists()
+
+
+@pytest.mark.parametrize("why", ["marker", "switched off", "no fork"])
+def test_start_forks_no_helper_where_none_is_wanted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, why: str) -> None:
+    """No helper at import where the first compile was done (the marker), where ``LENGTHGEN_COMPILE_AT_IMPORT`` is 0,
+    or where the helper is not forked (``FORK`` false: a started helper would import torch itself)."""
+    (tmp_path / "cache").mkdir()
+    if why == "marker":
+        (tmp_path / "cache" / "first-compile-float32.done").touch()
+    monkeypatch.setattr(first_compile, "FORK", why != "no fork")
+    monkeypatch.setenv(first_compile.AT_IMPORT, "0" if why == "switched off" else "1")
+    monkeypatch.setattr(first_compile, "_forked", lambda types: pytest.fail("a helper was forked"))
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(first_compile, "_early", {})
+    first_compile.start()
+    assert first_compile._early == {}
+
+
+@pytest.mark.skipif(not first_compile.FORK, reason="the helper is started, not forked, on this platform")
+def test_importing_the_package_forks_the_helper_before_torch_and_it_ends_after_the_process(tmp_path: Path) -> None:
+    """On a first run (an empty cache folder), importing the package forks the helper before torch is imported (so
+    that it compiles while this process imports torch). A process that never trains leaves it to stop before its
+    next function (``_leave``): it ends soon after, and leaves no cache file half-written (no temporary file of
+    numba's), only functions of its share and their callees."""
+    code = ("import os, sys\nfork = os.fork\nseen = []\n"
+            "def spy():\n    seen.append('torch' in sys.modules)\n    return fork()\n"
+            "os.fork = spy\nimport lengthgen\nfrom lengthgen.engine import first_compile\n"
+            "print(seen, first_compile._early['float32'].pid)")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env.pop(first_compile.AT_IMPORT, None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen, pid = run.stdout.rsplit(" ", 1)
+    assert seen == "[False]"
+    stat = Path(f"/proc/{int(pid)}/stat")
+    for _ in range(1200):  # at most one function's compile after its parent's exit (a few seconds), here <= 120 s
+        if not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":  # gone, or ended uncollected
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the helper went on after its parent's exit")
+    files = [p.name for p in tmp_path.rglob("*") if p.is_file()]
+    assert not [f for f in files if ".tmp." in f], files
+    cached = {f.split(".")[1].split("-")[0] for f in files if f.endswith(".nbi")}  # module.function-line.py311.nbi
+    assert cached <= {*first_compile.HELPER, "exp_neg", "log1p", "_less_row_max"}, cached  # the share, its callees
 
 
 def test_blocks_are_called_at_their_addresses_with_the_types_they_were_compiled_for() -> None:

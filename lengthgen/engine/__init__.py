@@ -11,7 +11,8 @@ same numbers in compiled loops, one idea a module:
 - ``matmul``: the step's matrix products by tiles held in registers where numba compiles for AVX2 without AVX-512
   (OpenBLAS's kernels for AVX2 took 1.6-2.9x as long at these sizes on an Intel Xeon run as AVX2), numpy's BLAS
   elsewhere; and, on every machine, the lanewise sums of RoPE's backward through its table (``lane_sums``);
-- ``first_compile``: the first compile shared with a helper process (a fork of this one on Linux), on two cores;
+- ``first_compile``: the first compile shared with a helper process (on Linux a fork of this one, made when the
+  package is imported), on two cores;
 - ``denormals``: subnormal floats flushed to zero on the thread of each compiled call (``flushed``).
 
 The update (``optim.update_step``) and the token draws (``draws``) live outside it: the optimiser and the task use

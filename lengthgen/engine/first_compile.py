@@ -20,6 +20,14 @@ eighteenth session (benchmarks/README.md). With no array viewed as another dtype
 states in ``draws.mt_read``, ``numerics.log1p``), the draws 2.4-4.0 -> 1.3-1.6 s to compile and ``_loss`` about 0.4 s
 less (one process, CPU time; twentieth session).
 
+Since the twenty-third session the float32 helper is forked when the package is imported (``start``, called by
+``lengthgen/__init__.py`` before anything imports torch), where the marker says the first compile is still to be
+done: the other core then compiles while this process imports torch and the rest (about 2 s of the 13), and the
+helper's share is of the modules that import no torch (``engine.step``, ``engine.matmul``). The first training call
+as above, alternated with the tree before on the same 2-core AMD EPYC: 11.82, 12.25 -> 11.10, 11.51 s in a quick
+minute, 20.03, 19.84 -> 17.91, 18.57 s in a slow one (benchmarks/README.md). A process that never trains lets its
+helper stop before its next function (``_leave``); ``LENGTHGEN_COMPILE_AT_IMPORT=0`` forks none at import.
+
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
 per dtype and cache folder: a marker file beside numba's cache says it was done.
@@ -27,21 +35,20 @@ per dtype and cache folder: a marker file beside numba's cache says it was done.
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numba
 import numpy as np
 from numba.core.compiler_lock import global_compiler_lock
 
-from .. import draws
-from ..optim import Optimizer, update_step
-from . import matmul, step, stretch
+from . import matmul, step  # no torch: this module is imported, and the helper forked, before torch (``start``)
 
 # The helper as a fork of this process where that is safe (Linux; macOS's system libraries may not survive a fork of a
 # process that has used them, and Windows has none), else started as ``python -m lengthgen.engine.first_compile``.
@@ -51,30 +58,67 @@ FORK = sys.platform.startswith("linux")
 # was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without
 # them: ``step.call``); the helper writes DONE once its share is in numba's cache. HELPER starts with the products'
 # tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``; ``lane_sums`` everywhere), so
-# that the blocks which call them, in HELPER first, find them compiled (``_project``, when here, comes late enough to
-# load them from the cache). The two blocks that call exp_neg, _attention and _loss, are both here, so that it is
-# compiled once. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together: a forked helper (``FORK``) starts
-# compiling at once and takes the draws, ``_project`` and ``_work`` are compiled here; a started one begins some 2 s
-# later (its own interpreter and import) and takes those two instead of the draws.
+# that the blocks which call them find them compiled, here (which reaches them after the update and the draws) or in
+# the helper. The two blocks that call exp_neg, _attention and _loss, are in one share, so that it is compiled once.
+# A forked helper (``FORK``) takes only functions of modules that do not import torch (``engine.step`` and
+# ``engine.matmul``), so that it can be forked when the package is imported, before torch is (``start``); the update
+# (``optim``) and the draws (``draws``) are compiled here. Sized on a 2-core AMD EPYC (Zen 3) so that both end about
+# together; a started helper (no ``FORK``) begins some 2 s later than this process's share (its own interpreter and
+# import) and takes a smaller share, with the draws.
 DRAWS = ("draw_steps", "mt_read", "mt_write")  # the batches' draws, and mt_state's reads and writes of the generators
-HELPER = ("_tiles", "_transposed_tiles", "lane_sums", "_backward_table", "_backward_projections", "_logit_table",
-          "_logits", "_backward_logits", "_backward_softmax", *(DRAWS if FORK else ("_project", "_work")))
-HERE = ("_attention", "_loss", "update_step", *(("_project", "_work") if FORK else DRAWS))
-ENTRIES = ("train_steps", "step_in")
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
+if FORK:
+    HELPER = (*TILES, "lane_sums", "_backward_table", "_backward_projections", "_logit_table", "_attention", "_loss",
+              "_backward_softmax")
+    HERE = ("update_step", *DRAWS, "_logits", "_backward_logits", "_project", "_work")
+else:
+    HELPER = (*TILES, "lane_sums", "_backward_table", "_backward_projections", "_logit_table", "_logits",
+              "_backward_logits", "_backward_softmax", "_project", "_work")
+    HERE = ("_attention", "_loss", "update_step", *DRAWS)
+ENTRIES = ("train_steps", "step_in")
 DONE = "done"  # the helper's line once its share is in numba's cache; this process then stops it (its exit: 0.4 s)
 HELPER_SECONDS = 300  # the longest this process waits for the helper
+AT_IMPORT = "LENGTHGEN_COMPILE_AT_IMPORT"  # set to 0: no helper forked when the package is imported (``start``)
 _done: set[str] = set()  # the dtypes compile_step has seen in this process
+
+
+class Helper(NamedTuple):
+    """A helper process (``_forked``, ``_started``)."""
+
+    pid: int  # its process id
+    parent: int  # the process id of the process that made it (a process forked from that one may not use it)
+    done: int  # the read end of its pipe: readable once it wrote ``DONE`` or ended
+    stop: Callable[[], None]  # ends it and collects it (once its share is written: ``compile_step``)
+
+
+_early: dict[str, Helper] = {}  # the helper ``start`` forked, by dtype, until ``compile_step`` takes it
+
+
+def step_signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
+    """The argument types of the functions of ``engine.step`` and ``engine.matmul`` that training calls for
+    ``dtype`` ("float32" or "float64"): the blocks (``step.block_types``), the products' functions as the blocks call
+    them (``TILES`` only where the step takes them) and ``step._work``. Made of numpy arrays alone, so that a helper
+    can be forked before torch is imported (``start``)."""
+    blocks = {name: step.block_types(dtype)[name] for name in step.path(False)}  # the table's (RoPE by lookup: later)
+    work = blocks["_logit_table"][1]  # the Work's type: its fields are the types of the arrays ``_work`` is given
+    f = numba.from_dtype(np.dtype(dtype))
+    any2, rows, row, i = (numba.types.Array(f, 2, "A"), numba.types.Array(f, 2, "C"), numba.types.Array(f, 1, "C"),
+                          numba.typeof(1))
+    tiles = {"_tiles": (any2, rows, rows), "_transposed_tiles": (any2, rows, rows, row)} if matmul.OWN else {}
+    return {**blocks, **tiles, "lane_sums": (rows, i, i, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
+            "_work": (numba.types.Tuple(tuple(work.field_dict[name] for name in step.StepArrays._fields)),)}
 
 
 def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     """The argument types each function of ``HELPER``, ``HERE`` and ``ENTRIES`` is called with when a model of
-    ``dtype`` ("float32" or "float64") trains: taken from the arguments of a small model, as ``tables.TableStep``
-    passes them (types do not depend on sizes); the products' functions as the blocks call them (``TILES`` only where
-    the step takes them)."""
-    from ..config import Config
+    ``dtype`` ("float32" or "float64") trains: those of ``step_signatures``, and for the draws, the update and the
+    entries, taken from the arguments of a small model, as ``tables.TableStep`` passes them (types do not depend on
+    sizes)."""
+    from ..config import Config  # here, not above: these import torch
     from ..model import Model
+    from ..optim import Optimizer
     from ..tables import TableStep
+    from . import stretch
 
     c = Config(dtype=dtype)
     model = Model(c, [0])
@@ -83,8 +127,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     setup = table._compiled_setup(c.train_length, buf.dtype)
     p = buf.numpy()
     x, target = np.zeros((1, 2, c.train_length), step.TOKENS), np.zeros((1, 2), np.int64)
-    blocks = {name: step.block_types(dtype)[name] for name in step.path(False)}  # the table's (RoPE by lookup: later)
-    w = blocks["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks for their addresses)
+    w = step.block_types(dtype)["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks)
     _, update = Optimizer("adam", buf, [c.lr]).update_arrays()
     states, mt = np.zeros((1, 1), np.uint32), np.zeros(1, np.uint32)  # (S, 626) ``draws.mt_state``; (626,) one
     t = numba.typeof
@@ -92,12 +135,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
     history = stretch.History(np.empty((1, 1), p.dtype), np.empty((1, 1), np.int64))
     xs = np.zeros((1, 1, 2, c.train_length), step.TOKENS)  # (steps, S, B, L)
-    f = numba.from_dtype(np.dtype(dtype))
-    any2, rows, row, i = numba.types.Array(f, 2, "A"), numba.types.Array(f, 2, "C"), numba.types.Array(f, 1, "C"), t(1)
-    tiles = {"_tiles": (any2, rows, rows), "_transposed_tiles": (any2, rows, rows, row)} if matmul.OWN else {}
-    return {**blocks, **tiles,
-            "lane_sums": (rows, i, i, i, i, i, i, rows, rows, rows, i, i, rows, i, i),
-            "_work": (numba.types.Tuple(tuple(map(t, step._arrays(p.dtype, setup, 2, c.train_length)))),),
+    return {**step_signatures(dtype),
             "draw_steps": (t(states), t(xs), t(c.vocab)),
             "mt_read": (t(mt), t(mt)), "mt_write": (t(mt), t(mt)),
             "update_step": (t(p), t(p), t(update), t(1)),
@@ -110,56 +148,106 @@ def function(name: str) -> numba.core.registry.CPUDispatcher:
     """The compiled function of that name (a block of ``engine.step``, ``step.step_in`` or ``step._work``, a
     function of ``engine.matmul``, ``draws.draw_steps``, ``mt_read`` or ``mt_write``, ``optim.update_step`` or
     ``stretch.train_steps``)."""
+    if name in (*TILES, "lane_sums"):
+        return getattr(matmul, name)
+    if hasattr(step, name):
+        return getattr(step, name)
+    from .. import draws  # here, not above: these import torch (a helper forked before it compiles none of them)
+    from ..optim import update_step
+    from . import stretch
+
     return {"draw_steps": draws.draw_steps, "mt_read": draws.mt_read, "mt_write": draws.mt_write,
-            "update_step": update_step, "train_steps": stretch.train_steps,
-            **{name: getattr(matmul, name) for name in (*TILES, "lane_sums")}}.get(name) or getattr(step, name)
+            "update_step": update_step, "train_steps": stretch.train_steps}[name]
 
 
-def compile_these(names: tuple[str, ...], types: dict[str, tuple[numba.types.Type, ...]]) -> None:
+def compile_these(names: tuple[str, ...], types: dict[str, tuple[numba.types.Type, ...]],
+                  parent: int | None = None) -> None:
     """Compile (or load from numba's cache) the functions ``names`` for their argument types ``types``
-    (``signatures``; those of ``TILES`` only where it has them)."""
+    (``signatures``; those of ``TILES`` only where it has them); in a helper, none after the process ``parent`` that
+    forked it has ended (its parent is then another: ``_leave``)."""
     for name in names:
+        if parent is not None and os.getppid() != parent:
+            return
         if name in types:
             function(name).compile(types[name])
+
+
+def _marker(dtype: str) -> Path:
+    """The file that says the first compile of ``dtype`` was done for numba's cache folder of this version."""
+    return Path(numba.config.CACHE_DIR) / f"first-compile-{dtype}.done"
+
+
+def start(dtype: str = "float32") -> None:
+    """When the package is imported, before torch (``lengthgen/__init__.py``): where the first compile of ``dtype``
+    is still to be done (no marker), ``FORK`` holds and ``LENGTHGEN_COMPILE_AT_IMPORT`` is not 0, fork the helper now,
+    so that it compiles ``HELPER`` while this process imports torch and the rest, on the core that import leaves idle;
+    ``compile_step`` then takes it instead of forking one. Where the cache folder cannot be made or the fork fails,
+    nothing: ``compile_step`` forks one as before. In a process that never trains, the helper ends soon after that
+    process (``_leave``)."""
+    marker = _marker(dtype)
+    if not FORK or os.environ.get(AT_IMPORT) == "0" or dtype in _early or marker.exists():
+        return
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)  # a folder this process may not write to: no helper
+        helper = _forked(step_signatures(dtype))
+    except OSError:
+        return
+    _early[dtype] = helper
+    atexit.register(_leave, dtype, helper)
+
+
+def _leave(dtype: str, helper: Helper) -> None:
+    """At the exit of the process that forked ``helper`` at import, if ``compile_step`` never took it: the helper
+    stops before its next function (``compile_these``: its parent is then another), so that what it writes is whole
+    (numba writes each cache file under a temporary name and renames it; a kill in between would leave that file
+    behind) and the next process loads it instead of compiling it; collected now if it has ended already."""
+    if _early.get(dtype) is not helper or os.getpid() != helper.parent:  # taken (and ended), or not this process's
+        return
+    os.close(helper.done)
+    os.waitpid(helper.pid, os.WNOHANG)
 
 
 def compile_step(dtype: str, entry: str) -> None:
     """Before the first step of ``dtype`` in this process, which calls ``entry`` (one of ``ENTRIES``): where the
     marker says it was not done for this cache folder, compile ``HERE`` and ``entry`` here while a helper process
-    compiles ``HELPER``; wait for its ``DONE`` (at most ``HELPER_SECONDS``) and leave the marker. Otherwise nothing (a
-    set lookup after the first call)."""
+    compiles ``HELPER`` (the one ``start`` forked when this process imported the package, else one made now); wait
+    for its ``DONE`` (at most ``HELPER_SECONDS``), end it and leave the marker. Otherwise nothing (a set lookup after
+    the first call)."""
     if dtype in _done:
         return
     _done.add(dtype)
-    folder = Path(numba.config.CACHE_DIR)  # where numba caches this version's functions (set by ``jit_cache``)
-    marker = folder / f"first-compile-{dtype}.done"
+    marker = _marker(dtype)
     if marker.exists():
         return
-    types = signatures(dtype)  # before a fork: the helper then runs no torch operation
-    try:
-        done, stop = _forked(types) if FORK else _started(dtype)
-    except OSError:  # no second process to be had (memory, process limits): this one compiles all, as it is called
-        done, stop = None, lambda: None
+    types = signatures(dtype)
+    helper = _early.pop(dtype, None)
+    if helper is None or helper.parent != os.getpid():  # none forked at import, or by the process this one forked from
+        try:
+            helper = _forked(types) if FORK else _started(dtype)
+        except OSError:  # no second process to be had (memory, process limits): this one compiles all, as it is called
+            helper = None
     try:
         compile_these((*HERE, entry), types)
-        if done is not None:  # DONE, or the helper's end; what it left undone is compiled here, as it is called
-            select.select([done], [], [], HELPER_SECONDS)
+        if helper is not None:  # DONE, or the helper's end; what it left undone is compiled here, as it is called
+            select.select([helper.done], [], [], HELPER_SECONDS)
     finally:
-        stop()
+        if helper is not None:
+            helper.stop()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
     except OSError:  # a folder this process may not write to: numba cannot cache there either, so no marker
         pass
 
 
-def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> tuple[int, Callable[[], None]]:
-    """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER``,
-    writes ``DONE`` into a pipe and leaves by ``os._exit`` (none of this process's exit handlers, nothing of its
-    buffered output written twice; its own output goes to the null device). Forked while this thread holds numba's
-    compiler lock, so that no other thread of this process is compiling at that moment. Returns the pipe's read end
-    (readable once the helper wrote ``DONE`` or ended) and a function that ends the helper."""
+def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> Helper:
+    """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER`` (no
+    function of it once this process has ended: ``_leave``), writes ``DONE`` into a pipe and leaves by ``os._exit``
+    (none of this process's exit handlers, nothing of its buffered output written twice; its own output goes to the
+    null device). Forked while this thread holds numba's compiler lock, so that no other thread of this process is
+    compiling at that moment."""
     read, write = os.pipe()
+    parent = os.getpid()
     try:
         with global_compiler_lock:
             pid = os.fork()
@@ -174,13 +262,12 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> tuple[int, Callab
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
-            compile_these(HELPER, types)
+            compile_these(HELPER, types, parent)
             os.write(write, f"{DONE}\n".encode())
             code = 0
         finally:
             os._exit(code)
     os.close(write)
-
     def stop() -> None:
         os.close(read)
         try:
@@ -189,13 +276,12 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> tuple[int, Callab
             pass
         os.waitpid(pid, 0)
 
-    return read, stop
+    return Helper(pid, parent, read, stop)
 
 
-def _started(dtype: str) -> tuple[int, Callable[[], None]]:
+def _started(dtype: str) -> Helper:
     """The helper as a new process, ``python -m lengthgen.engine.first_compile dtype`` (where ``FORK`` is false):
-    its own interpreter and import. Returns the read end of its output (readable once it printed ``DONE`` or ended)
-    and a function that ends it."""
+    its own interpreter and import; its ``done`` is the read end of its output."""
     helper = subprocess.Popen([sys.executable, "-m", __name__, dtype], stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL)
 
@@ -205,7 +291,7 @@ def _started(dtype: str) -> tuple[int, Callable[[], None]]:
         helper.wait()
         helper.stdout.close()
 
-    return helper.stdout.fileno(), stop
+    return Helper(helper.pid, os.getpid(), helper.stdout.fileno(), stop)
 
 
 if __name__ == "__main__":  # the started helper: python -m lengthgen.engine.first_compile float32
