@@ -127,7 +127,8 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     setup = table._compiled_setup(c.train_length, buf.dtype)
     p = buf.numpy()
     x, target = np.zeros((1, 2, c.train_length), step.TOKENS), np.zeros((1, 2), np.int64)
-    w = step.block_types(dtype)["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks)
+    free = step_signatures(dtype)
+    w = free["_logit_table"][1]  # the Work's type (step_arrays would compile the blocks)
     _, update = Optimizer("adam", buf, [c.lr]).update_arrays()
     states, mt = np.zeros((1, 1), np.uint32), np.zeros(1, np.uint32)  # (S, 626) ``draws.mt_state``; (626,) one
     t = numba.typeof
@@ -135,7 +136,7 @@ def signatures(dtype: str) -> dict[str, tuple[numba.types.Type, ...]]:
     out = step.StepOut(np.empty(1, p.dtype), np.empty(1, np.int64), np.empty_like(p))
     history = stretch.History(np.empty((1, 1), p.dtype), np.empty((1, 1), np.int64))
     xs = np.zeros((1, 1, 2, c.train_length), step.TOKENS)  # (steps, S, B, L)
-    return {**step_signatures(dtype),
+    return {**free,
             "draw_steps": (t(states), t(xs), t(c.vocab)),
             "mt_read": (t(mt), t(mt)), "mt_write": (t(mt), t(mt)),
             "update_step": (t(p), t(p), t(update), t(1)),
@@ -268,6 +269,7 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> Helper:
         finally:
             os._exit(code)
     os.close(write)
+
     def stop() -> None:
         os.close(read)
         try:
