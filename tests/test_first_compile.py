@@ -183,22 +183,36 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def _wait_for(path: Path, seconds: float = 120) -> None:
+    """Until ``path`` exists (another process makes it), at most ``seconds``."""
+    for _ in range(int(seconds * 20)):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} did not appear")
+
+
 def test_the_helper_forked_at_import_is_the_one_compile_step_takes(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
     """``start`` (at the package's import, on a first run) forks the helper, which compiles ``HELPER`` for the types
-    ``step_signatures`` gives; the first ``compile_step`` of that dtype forks no other, compiles ``HERE`` and the
-    entry here, waits for the helper and leaves the marker."""
+    ``step_signatures`` gives; the first ``compile_step`` of that dtype forks no other, claims all of what the helper
+    would go on with (here before the helper is done with its share), compiles ``HERE`` and the entry here, waits
+    for the helper and leaves the marker."""
     compiled: list[tuple] = []
     helper_ran = tmp_path / "helper-ran"
+    go = tmp_path / "go"
     free = {"made": "without torch"}
     forks: list[int] = []
     fork = os.fork
 
     def compile_these(names: tuple[str, ...], given: dict, parent: int | None = None) -> None:
-        if names == first_compile.HELPER:  # in the forked helper
-            helper_ran.write_text(f"{','.join(names)} {given is free} {parent == os.getppid()}")
+        if parent is not None:  # in the forked helper
+            with helper_ran.open("a") as f:
+                f.write(f"{','.join(names)} {given is free} {parent == os.getppid()}\n")
+            _wait_for(go)  # its share ends only once this process has begun its own
             return
         compiled.append(names)
+        go.touch()
 
     monkeypatch.setattr(first_compile, "FORK", True)
     monkeypatch.setattr(first_compile.os, "fork", lambda: (forks.append(1), fork())[1])
@@ -214,9 +228,56 @@ def test_the_helper_forked_at_import_is_the_one_compile_step_takes(monkeypatch: 
     assert len(forks) == 1 and set(first_compile._early) == {"float32"}
     first_compile.compile_step("float32", "train_steps")
     assert len(forks) == 1 and first_compile._early == {}
-    assert helper_ran.read_text() == f"{','.join(first_compile.HELPER)} True True"
+    assert helper_ran.read_text() == f"{','.join(first_compile.HELPER)} True True\n"  # nothing past its share
     assert compiled == [(*first_compile.HERE, "train_steps")]
     assert (tmp_path / "cache" / "first-compile-float32.done").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("claimed_first", [2, len(first_compile.HERE) + 1])
+def test_the_helper_forked_at_import_goes_on_until_this_process_claims_the_rest(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, claimed_first: int) -> None:
+    """Past its share, the helper forked at import claims and compiles what this process would (``go_on``: the
+    functions whose types need no torch first, with ``step_signatures``' types, then the others, with those of
+    ``signatures``, then ``train_steps``), one at a time, until this process begins its first compile: that one then
+    claims and compiles the rest, no function twice. Here the helper claims ``claimed_first`` functions (all of them
+    in the second case) before this process begins."""
+    compiled: list[tuple] = []
+    helper_ran = tmp_path / "helper-ran"
+    go = tmp_path / "go"
+    free = {name: ("free",) for name in first_compile.HERE[-3:]}  # three of HERE's functions need no torch
+    full = {**free, "others": ("made with torch",)}
+    order = first_compile.go_on(free)
+    assert order == (*first_compile.HERE[-3:], *first_compile.HERE[:-3], "train_steps")
+
+    def compile_these(names: tuple[str, ...], given: dict, parent: int | None = None) -> None:
+        if parent is not None:  # in the forked helper
+            with helper_ran.open("a") as f:
+                f.write(f"{','.join(names)} {'free' if given is free else 'full' if given is full else '?'}\n")
+            if names == order[claimed_first - 1:claimed_first]:  # its last claim: this process begins meanwhile
+                (tmp_path / "begin").touch()
+                _wait_for(go)
+            return
+        compiled.append(names)
+        go.touch()
+
+    monkeypatch.setattr(first_compile, "FORK", True)
+    monkeypatch.setattr(first_compile, "compile_these", compile_these)
+    monkeypatch.setattr(first_compile, "step_signatures", lambda dtype: free)
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: full)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})
+    monkeypatch.delenv(first_compile.AT_IMPORT, raising=False)
+    first_compile.start()
+    _wait_for(tmp_path / "begin")
+    first_compile.compile_step("float32", "train_steps")
+    helper = [line.split(" ") for line in helper_ran.read_text().splitlines()]
+    assert helper[0] == [",".join(first_compile.HELPER), "free"]
+    assert helper[1:] == [[name, "free" if name in free else "full"] for name in order[:claimed_first]]
+    left = tuple(name for name in (*first_compile.HERE, "train_steps") if name not in order[:claimed_first])
+    assert compiled == [left]
+    assert first_compile._early == {} and (tmp_path / "cache" / "first-compile-float32.done").exists()
 
 
 @pytest.mark.parametrize("why", ["marker", "switched off", "no fork"])
@@ -228,7 +289,7 @@ def test_start_forks_no_helper_where_none_is_wanted(monkeypatch: pytest.MonkeyPa
         (tmp_path / "cache" / "first-compile-float32.done").touch()
     monkeypatch.setattr(first_compile, "FORK", why != "no fork")
     monkeypatch.setenv(first_compile.AT_IMPORT, "0" if why == "switched off" else "1")
-    monkeypatch.setattr(first_compile, "_forked", lambda types: pytest.fail("a helper was forked"))
+    monkeypatch.setattr(first_compile, "_forked", lambda *args: pytest.fail("a helper was forked"))
     monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(first_compile, "_early", {})
     first_compile.start()
@@ -262,6 +323,28 @@ def test_importing_the_package_forks_the_helper_before_torch_and_it_ends_after_t
     assert not [f for f in files if ".tmp." in f], files
     cached = {f.split(".")[1].split("-")[0] for f in files if f.endswith(".nbi")}  # module.function-line.py311.nbi
     assert cached <= {*first_compile.HELPER, "exp_neg", "log1p", "_less_row_max"}, cached  # the share, its callees
+
+
+@pytest.mark.skipif(not first_compile.FORK, reason="the helper is started, not forked, on this platform")
+def test_a_process_that_trains_once_the_helper_is_done_compiles_nothing_itself(tmp_path: Path) -> None:
+    """A notebook's way: the package imported on a first run (an empty cache folder), then a pause (here: until the
+    helper forked at import is done), then training. The helper compiled the whole step meanwhile, the update, the
+    draws and ``train_steps`` included (it imported torch for their types), so this process compiles none of them
+    (numba's cache statistics: no miss) and loads the entry from the cache (the update and the draws are linked into
+    it)."""
+    code = ("import select, lengthgen\nfrom lengthgen.engine import first_compile as fc\n"
+            "ready, _, _ = select.select([fc._early['float32'].done], [], [], 280)\n"
+            "from lengthgen import Config, train\n"
+            "train(Config(steps=3, target_accuracy=None), [0], progress=False)\n"
+            "names = [n for n in (*fc.HELPER, *fc.HERE, 'train_steps') if n in fc.signatures('float32')]\n"
+            "print(bool(ready), sorted(n for n in names if fc.function(n).stats.cache_misses),"
+            " sum(fc.function('train_steps').stats.cache_hits.values()))")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env.pop(first_compile.AT_IMPORT, None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "True [] 1"  # the helper was done; nothing compiled here, the entry loaded
+    assert len(list(tmp_path.rglob("first-compile-float32.done"))) == 1
 
 
 def test_blocks_are_called_at_their_addresses_with_the_types_they_were_compiled_for() -> None:

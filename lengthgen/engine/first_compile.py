@@ -28,6 +28,14 @@ as above, alternated with the tree before on the same 2-core AMD EPYC: 11.82, 12
 minute, 20.03, 19.84 -> 17.91, 18.57 s in a slow one (benchmarks/README.md). A process that never trains lets its
 helper stop before its next function (``_leave``); ``LENGTHGEN_COMPILE_AT_IMPORT=0`` forks none at import.
 
+Since the twenty-fourth session that helper does not stop at its share while this process has not begun its first
+compile: it goes on with this process's share and the entry ``train_steps`` (``go_on``), one function at a time, each
+claimed first from a pipe that this process empties when its first compile begins (``_claims``), so that no function
+is compiled twice. A notebook imports the package, then runs a few cells before it trains: the training call above
+that followed the import after a pause of 10 s took 3.1-3.3 s in three runs of four (7.4 s in a slower minute, the
+helper not yet past its share) against 7.2-9.1 s before, after 15 or 20 s 0.46-0.52 s against 6.8-9.2 s (a 2-core
+AMD EPYC Zen 4, alternated); one that follows at once is as before (benchmarks/README.md).
+
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
 per dtype and cache folder: a marker file beside numba's cache says it was done.
@@ -89,6 +97,8 @@ class Helper(NamedTuple):
     parent: int  # the process id of the process that made it (a process forked from that one may not use it)
     done: int  # the read end of its pipe: readable once it wrote ``DONE`` or ended
     stop: Callable[[], None]  # ends it and collects it (once its share is written: ``compile_step``)
+    later: tuple[str, ...] = ()  # what it goes on with past its share, each claimed first (``start``: ``go_on``)
+    claims: int = -1  # the read end of the pipe of those claims (``_claims``), or -1: it stops after its share
 
 
 _early: dict[str, Helper] = {}  # the helper ``start`` forked, by dtype, until ``compile_step`` takes it
@@ -161,6 +171,38 @@ def function(name: str) -> numba.core.registry.CPUDispatcher:
             "update_step": update_step, "train_steps": stretch.train_steps}[name]
 
 
+def go_on(free: dict[str, tuple[numba.types.Type, ...]]) -> tuple[str, ...]:
+    """What the helper forked at import compiles once its share is done, for as long as this process has not begun
+    its first compile (``compile_step`` then claims the rest: ``_claims``): ``HERE``'s functions whose types need no
+    torch (those of ``free``, ``step_signatures``), then the others (the helper imports torch for their types:
+    ``signatures``), then ``train_steps``, the entry ``train`` calls. A notebook that imports the package and trains a
+    few cells later then finds most or all of the step compiled."""
+    return (*[n for n in HERE if n in free], *[n for n in HERE if n not in free], ENTRIES[0])
+
+
+def _claims(names: tuple[str, ...]) -> int:
+    """A pipe holding one byte per function of ``names`` (its index there), its write end already closed; the read
+    end is returned. Whoever reads a byte has claimed that function: a read hands each byte to one reader only, so
+    the helper and this process never compile the same function, and an empty pipe (end of file) says all are
+    claimed."""
+    read, write = os.pipe()
+    try:
+        os.write(write, bytes(range(len(names))))
+    finally:
+        os.close(write)
+    return read
+
+
+def _claim_rest(helper: Helper) -> set[str]:
+    """This process's claims: every function of ``helper.later`` the helper has not claimed yet (the pipe read to
+    its end, then closed)."""
+    names: set[str] = set()
+    while got := os.read(helper.claims, 256):
+        names.update(helper.later[i] for i in got)
+    os.close(helper.claims)
+    return names
+
+
 def compile_these(names: tuple[str, ...], types: dict[str, tuple[numba.types.Type, ...]],
                   parent: int | None = None) -> None:
     """Compile (or load from numba's cache) the functions ``names`` for their argument types ``types``
@@ -190,7 +232,14 @@ def start(dtype: str = "float32") -> None:
         return
     try:
         marker.parent.mkdir(parents=True, exist_ok=True)  # a folder this process may not write to: no helper
-        helper = _forked(step_signatures(dtype))
+        free = step_signatures(dtype)
+        later = go_on(free)
+        claims = _claims(later)
+        try:
+            helper = _forked(free, dtype, later, claims)
+        except OSError:
+            os.close(claims)
+            raise
     except OSError:
         return
     _early[dtype] = helper
@@ -204,6 +253,8 @@ def _leave(dtype: str, helper: Helper) -> None:
     behind) and the next process loads it instead of compiling it; collected now if it has ended already."""
     if _early.get(dtype) is not helper or os.getpid() != helper.parent:  # taken (and ended), or not this process's
         return
+    if helper.claims >= 0:
+        os.close(helper.claims)
     os.close(helper.done)
     os.waitpid(helper.pid, os.WNOHANG)
 
@@ -211,9 +262,10 @@ def _leave(dtype: str, helper: Helper) -> None:
 def compile_step(dtype: str, entry: str) -> None:
     """Before the first step of ``dtype`` in this process, which calls ``entry`` (one of ``ENTRIES``): where the
     marker says it was not done for this cache folder, compile ``HERE`` and ``entry`` here while a helper process
-    compiles ``HELPER`` (the one ``start`` forked when this process imported the package, else one made now); wait
-    for its ``DONE`` (at most ``HELPER_SECONDS``), end it and leave the marker. Otherwise nothing (a set lookup after
-    the first call)."""
+    compiles ``HELPER`` (the one ``start`` forked when this process imported the package, else one made now); of
+    those, the helper forked at import may have claimed and compiled some since its share (``go_on``): this process
+    claims the rest and compiles only those. Wait for its ``DONE`` (at most ``HELPER_SECONDS``), end it and leave the
+    marker. Otherwise nothing (a set lookup after the first call)."""
     if dtype in _done:
         return
     _done.add(dtype)
@@ -222,13 +274,17 @@ def compile_step(dtype: str, entry: str) -> None:
         return
     types = signatures(dtype)
     helper = _early.pop(dtype, None)
-    if helper is None or helper.parent != os.getpid():  # none forked at import, or by the process this one forked from
+    here = (*HERE, entry)
+    if helper is not None and helper.parent == os.getpid() and helper.claims >= 0:  # forked at import: what is left
+        mine = _claim_rest(helper)
+        here = tuple(name for name in here if name in mine or name not in helper.later)
+    elif helper is None or helper.parent != os.getpid():  # none at import, or one forked by this one's parent
         try:
             helper = _forked(types) if FORK else _started(dtype)
         except OSError:  # no second process to be had (memory, process limits): this one compiles all, as it is called
             helper = None
     try:
-        compile_these((*HERE, entry), types)
+        compile_these(here, types)
         if helper is not None:  # DONE, or the helper's end; what it left undone is compiled here, as it is called
             select.select([helper.done], [], [], HELPER_SECONDS)
     finally:
@@ -241,12 +297,14 @@ def compile_step(dtype: str, entry: str) -> None:
         pass
 
 
-def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> Helper:
-    """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER`` (no
-    function of it once this process has ended: ``_leave``), writes ``DONE`` into a pipe and leaves by ``os._exit``
-    (none of this process's exit handlers, nothing of its buffered output written twice; its own output goes to the
-    null device). Forked while this thread holds numba's compiler lock, so that no other thread of this process is
-    compiling at that moment."""
+def _forked(types: dict[str, tuple[numba.types.Type, ...]], dtype: str = "float32", later: tuple[str, ...] = (),
+            claims: int = -1) -> Helper:
+    """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER``, then
+    each function of ``later`` that it claims from the pipe ``claims`` before this process does (``_claims``; none
+    where ``claims`` is -1), writes ``DONE`` into a pipe and leaves by ``os._exit`` (none of this process's exit
+    handlers, nothing of its buffered output written twice; its own output goes to the null device). It compiles no
+    function once this process has ended (``_leave``). Forked while this thread holds numba's compiler lock, so that no
+    other thread of this process is compiling at that moment."""
     read, write = os.pipe()
     parent = os.getpid()
     try:
@@ -264,6 +322,11 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> Helper:
             os.dup2(null, 1)
             os.dup2(null, 2)
             compile_these(HELPER, types, parent)
+            while claims >= 0 and os.getppid() == parent and (mine := os.read(claims, 1)):
+                name = later[mine[0]]
+                if name not in types:  # the update, the draws, the entry: types made with torch (imported here now)
+                    types = signatures(dtype)
+                compile_these((name,), types, parent)
             os.write(write, f"{DONE}\n".encode())
             code = 0
         finally:
@@ -278,7 +341,7 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]]) -> Helper:
             pass
         os.waitpid(pid, 0)
 
-    return Helper(pid, parent, read, stop)
+    return Helper(pid, parent, read, stop, later, claims)
 
 
 def _started(dtype: str) -> Helper:
