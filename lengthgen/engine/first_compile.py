@@ -63,16 +63,17 @@ from . import matmul, step  # no torch: this module is imported, and the helper 
 FORK = sys.platform.startswith("linux")
 
 # The first compile in two shares. The helper process compiles HELPER while this one compiles HERE and then the entry it
-# was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without
-# them: ``step.call``); the helper writes DONE once its share is in numba's cache. HELPER starts with the products'
-# tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``; ``lane_sums`` everywhere), so
-# that the blocks which call them find them compiled, here (which reaches them after the update and the draws) or in
-# the helper. The two blocks that call exp_neg, _attention and _loss, are in one share, so that it is compiled once.
-# A forked helper (``FORK``) takes only functions of modules that do not import torch (``engine.step`` and
-# ``engine.matmul``), so that it can be forked when the package is imported, before torch is (``start``); the update
-# (``optim``) and the draws (``draws``) are compiled here. Sized on a 2-core AMD EPYC (Zen 3) so that both end about
-# together; a started helper (no ``FORK``) begins some 2 s later than this process's share (its own interpreter and
-# import) and takes a smaller share, with the draws.
+# was called for (``train_steps`` or ``step_in``, which call the blocks at their addresses and so compile without them:
+# ``step.call``); the helper writes DONE once its share (and what it claimed past it: ``go_on``) is in numba's cache.
+# HELPER starts with the products' tiles (``matmul``: where the step takes them, ``_tiles`` and ``_transposed_tiles``;
+# ``lane_sums`` everywhere), so that the blocks which call them find them compiled, here (which reaches them after the
+# update and the draws) or in the helper. The two blocks that call exp_neg, _attention and _loss, are in one share, so
+# that it is compiled once. A forked helper's share (``FORK``) holds only functions of modules that do not import torch
+# (``engine.step`` and ``engine.matmul``), so that it can be forked when the package is imported, before torch is
+# (``start``); the update (``optim``) and the draws (``draws``) are compiled here, or past its share by the helper
+# forked at import. Sized on a 2-core AMD EPYC (Zen 3) so that both end about together; a started helper (no ``FORK``)
+# begins some 2 s later than this process's share (its own interpreter and import) and takes a smaller share, with the
+# draws.
 DRAWS = ("draw_steps", "mt_read", "mt_write")  # the batches' draws, and mt_state's reads and writes of the generators
 TILES = ("_tiles", "_transposed_tiles")  # compiled only where the step takes them (``matmul.OWN``)
 if FORK:
