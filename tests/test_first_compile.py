@@ -182,7 +182,6 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     assert len(forked) == 1 and not (tmp_path / "a-file" / "cache").exists()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def _wait_for(path: Path, seconds: float = 120) -> None:
     """Until ``path`` exists (another process makes it), at most ``seconds``."""
     for _ in range(int(seconds * 20)):
@@ -192,6 +191,7 @@ def _wait_for(path: Path, seconds: float = 120) -> None:
     raise TimeoutError(f"{path} did not appear")
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_the_helper_forked_at_import_is_the_one_compile_step_takes(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
     """``start`` (at the package's import, on a first run) forks the helper, which compiles ``HELPER`` for the types
