@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -280,6 +281,44 @@ def test_the_helper_forked_at_import_goes_on_until_this_process_claims_the_rest(
     assert first_compile._early == {} and (tmp_path / "cache" / "first-compile-float32.done").exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_helper_that_compiled_all_leaves_the_marker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Where this process has not begun its first compile by the time the helper forked at import has compiled all
+    of ``go_on``, the helper leaves the marker: this process's first ``compile_step`` then compiles nothing and waits
+    for nothing, and a later process's import forks no helper."""
+    compiled: list[tuple] = []
+    helper_ran = tmp_path / "helper-ran"
+
+    def compile_these(names: tuple[str, ...], given: dict, parent: int | None = None) -> None:
+        if parent is not None:  # in the forked helper
+            with helper_ran.open("a") as f:
+                f.write(",".join(names) + "\n")
+            return
+        compiled.append(names)
+
+    monkeypatch.setattr(first_compile, "FORK", True)
+    monkeypatch.setattr(first_compile, "compile_these", compile_these)
+    monkeypatch.setattr(first_compile, "step_signatures", lambda dtype: {})
+    made: list[str] = []  # the types made in this process (the helper's own calls stay in its own memory)
+    monkeypatch.setattr(first_compile, "signatures", lambda dtype: (made.append(dtype), {})[1])
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(first_compile, "_done", set())
+    monkeypatch.setattr(first_compile, "_early", {})
+    monkeypatch.delenv(first_compile.AT_IMPORT, raising=False)
+    first_compile.start()
+    helper = first_compile._early["float32"]
+    assert select.select([helper.done], [], [], 120)[0]  # DONE: the helper is through
+    assert (tmp_path / "cache" / "first-compile-float32.done").exists()
+    first_compile.compile_step("float32", "train_steps")
+    assert compiled == [] and made == []
+    assert helper_ran.read_text().splitlines() == [",".join(first_compile.HELPER), *first_compile.go_on({})]
+    os.close(helper.claims)
+    helper.stop()
+    monkeypatch.setattr(first_compile, "_early", {})  # another process: the marker, so no helper
+    first_compile.start()
+    assert first_compile._early == {}
+
+
 @pytest.mark.parametrize("why", ["marker", "switched off", "no fork"])
 def test_start_forks_no_helper_where_none_is_wanted(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, why: str) -> None:
     """No helper at import where the first compile was done (the marker), where ``LENGTHGEN_COMPILE_AT_IMPORT`` is 0,
@@ -334,16 +373,17 @@ def test_a_process_that_trains_once_the_helper_is_done_compiles_nothing_itself(t
     it)."""
     code = ("import select, lengthgen\nfrom lengthgen.engine import first_compile as fc\n"
             "ready, _, _ = select.select([fc._early['float32'].done], [], [], 280)\n"
+            "marked = fc._marker('float32').exists()\n"
             "from lengthgen import Config, train\n"
             "train(Config(steps=3, target_accuracy=None), [0], progress=False)\n"
             "names = [n for n in (*fc.HELPER, *fc.HERE, 'train_steps') if n in fc.signatures('float32')]\n"
-            "print(bool(ready), sorted(n for n in names if fc.function(n).stats.cache_misses),"
+            "print(bool(ready), marked, sorted(n for n in names if fc.function(n).stats.cache_misses),"
             " sum(fc.function('train_steps').stats.cache_hits.values()))")
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     env.pop(first_compile.AT_IMPORT, None)
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "True [] 1"  # the helper was done; nothing compiled here, the entry loaded
+    assert run.stdout.strip() == "True True [] 1"  # the helper was done, left the marker; nothing compiled here
     assert len(list(tmp_path.rglob("first-compile-float32.done"))) == 1
 
 

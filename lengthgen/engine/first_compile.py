@@ -30,11 +30,12 @@ helper stop before its next function (``_leave``); ``LENGTHGEN_COMPILE_AT_IMPORT
 
 Since the twenty-fourth session that helper does not stop at its share while this process has not begun its first
 compile: it goes on with this process's share and the entry ``train_steps`` (``go_on``), one function at a time, each
-claimed first from a pipe that this process empties when its first compile begins (``_claims``), so that no function
-is compiled twice. A notebook imports the package, then runs a few cells before it trains: the training call above
-that followed the import after a pause of 10 s took 3.1-3.3 s in three runs of four (7.4 s in a slower minute, the
-helper not yet past its share) against 7.2-9.1 s before, after 15 or 20 s 0.46-0.52 s against 6.8-9.2 s (a 2-core
-AMD EPYC Zen 4, alternated); one that follows at once is as before (benchmarks/README.md).
+claimed first from a pipe that this process empties when its first compile begins (``_claims``), so that no function is
+compiled twice; where the helper compiled all of it, it leaves the marker. A notebook imports the package, then runs a
+few cells before it trains: the training call above that followed the import after a pause of 10 s took 3.1-3.3 s in
+three runs of four (7.4 s in a slower minute, the helper not yet past its share) against 7.2-9.1 s before, after 15 or
+20 s 0.46-0.52 s against 6.8-9.2 s (a 2-core AMD EPYC Zen 4, alternated); one that follows at once is as before
+(benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
 fails or is slow, this process compiles what is missing itself, as it did before. ``compile_step`` does this once
@@ -302,10 +303,11 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]], dtype: str = "float3
             claims: int = -1) -> Helper:
     """The helper as a fork of this process: it has the modules imported and ``types`` made, compiles ``HELPER``, then
     each function of ``later`` that it claims from the pipe ``claims`` before this process does (``_claims``; none
-    where ``claims`` is -1), writes ``DONE`` into a pipe and leaves by ``os._exit`` (none of this process's exit
-    handlers, nothing of its buffered output written twice; its own output goes to the null device). It compiles no
-    function once this process has ended (``_leave``). Forked while this thread holds numba's compiler lock, so that no
-    other thread of this process is compiling at that moment."""
+    where ``claims`` is -1; where it claimed all, it leaves the marker of ``dtype``'s first compile, so that this
+    process's ``compile_step`` and later processes' ``start`` do nothing), writes ``DONE`` into a pipe and leaves by
+    ``os._exit`` (none of this process's exit handlers, nothing of its buffered output written twice; its own output
+    goes to the null device). It compiles no function once this process has ended (``_leave``). Forked while this
+    thread holds numba's compiler lock, so that no other thread of this process is compiling at that moment."""
     read, write = os.pipe()
     parent = os.getpid()
     try:
@@ -323,11 +325,15 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]], dtype: str = "float3
             os.dup2(null, 1)
             os.dup2(null, 2)
             compile_these(HELPER, types, parent)
-            while claims >= 0 and os.getppid() == parent and (mine := os.read(claims, 1)):
-                name = later[mine[0]]
+            mine: list[str] = []
+            while claims >= 0 and os.getppid() == parent and (claim := os.read(claims, 1)):
+                name = later[claim[0]]
                 if name not in types:  # the update, the draws, the entry: types made with torch (imported here now)
                     types = signatures(dtype)
                 compile_these((name,), types, parent)
+                mine.append(name)
+            if later and len(mine) == len(later) and os.getppid() == parent:  # all of it compiled here: the marker
+                _marker(dtype).touch()
             os.write(write, f"{DONE}\n".encode())
             code = 0
         finally:
