@@ -23,6 +23,25 @@ from lengthgen.model import Model
 from lengthgen.tables import TableStep
 
 
+def _wait_for(path: Path, seconds: float = 120) -> None:
+    """Until ``path`` exists (another process makes it), at most ``seconds``."""
+    for _ in range(int(seconds * 20)):
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"{path} did not appear")
+
+
+def _first_run(code: str, cache: Path) -> str:
+    """The output of ``python -c code`` run as a first run: numba's cache in the empty folder ``cache``, the helper
+    at import not switched off."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    env.pop(first_compile.AT_IMPORT, None)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_the_shares_are_what_training_compiles(monkeypatch: pytest.MonkeyPatch, dtype: str) -> None:
     """The argument types of each function of the shares and of both entries are the ones training calls it with:
@@ -183,15 +202,6 @@ def test_a_cache_folder_it_cannot_write_leaves_no_marker_and_no_error(monkeypatc
     assert len(forked) == 1 and not (tmp_path / "a-file" / "cache").exists()
 
 
-def _wait_for(path: Path, seconds: float = 120) -> None:
-    """Until ``path`` exists (another process makes it), at most ``seconds``."""
-    for _ in range(int(seconds * 20)):
-        if path.exists():
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"{path} did not appear")
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_the_helper_forked_at_import_is_the_one_compile_step_takes(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
@@ -345,11 +355,7 @@ def test_importing_the_package_forks_the_helper_before_torch_and_it_ends_after_t
             "def spy():\n    seen.append('torch' in sys.modules)\n    return fork()\n"
             "os.fork = spy\nimport lengthgen\nfrom lengthgen.engine import first_compile\n"
             "print(seen, first_compile._early['float32'].pid)")
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    env.pop(first_compile.AT_IMPORT, None)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    seen, pid = run.stdout.rsplit(" ", 1)
+    seen, pid = _first_run(code, tmp_path).rsplit(" ", 1)
     assert seen == "[False]"
     stat = Path(f"/proc/{int(pid)}/stat")
     for _ in range(1200):  # at most one function's compile after its parent's exit (a few seconds), here <= 120 s
@@ -368,9 +374,9 @@ def test_importing_the_package_forks_the_helper_before_torch_and_it_ends_after_t
 def test_a_process_that_trains_once_the_helper_is_done_compiles_nothing_itself(tmp_path: Path) -> None:
     """A notebook's way: the package imported on a first run (an empty cache folder), then a pause (here: until the
     helper forked at import is done), then training. The helper compiled the whole step meanwhile, the update, the
-    draws and ``train_steps`` included (it imported torch for their types), so this process compiles none of them
-    (numba's cache statistics: no miss) and loads the entry from the cache (the update and the draws are linked into
-    it)."""
+    draws and ``train_steps`` included (it imported torch for their types), and left the marker, so this process
+    compiles none of them (numba's cache statistics: no miss) and loads the entry from the cache (the update and the
+    draws are linked into it)."""
     code = ("import select, lengthgen\nfrom lengthgen.engine import first_compile as fc\n"
             "ready, _, _ = select.select([fc._early['float32'].done], [], [], 280)\n"
             "marked = fc._marker('float32').exists()\n"
@@ -379,11 +385,7 @@ def test_a_process_that_trains_once_the_helper_is_done_compiles_nothing_itself(t
             "names = [n for n in (*fc.HELPER, *fc.HERE, 'train_steps') if n in fc.signatures('float32')]\n"
             "print(bool(ready), marked, sorted(n for n in names if fc.function(n).stats.cache_misses),"
             " sum(fc.function('train_steps').stats.cache_hits.values()))")
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    env.pop(first_compile.AT_IMPORT, None)
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "True True [] 1"  # the helper was done, left the marker; nothing compiled here
+    assert _first_run(code, tmp_path).strip() == "True True [] 1"  # the helper was done, left the marker
     assert len(list(tmp_path.rglob("first-compile-float32.done"))) == 1
 
 
