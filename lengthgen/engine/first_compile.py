@@ -34,7 +34,7 @@ claimed first from a pipe that this process empties when its first compile begin
 compiled twice; where the helper compiled all of it, it leaves the marker. A notebook imports the package, then runs a
 few cells before it trains: the training call above that followed the import after a pause of 10 s took 3.1-3.3 s in
 three runs of four (7.4 s in a slower minute, the helper not yet past its share) against 7.2-9.1 s before, after 15 or
-20 s 0.46-0.52 s against 6.8-9.2 s (a 2-core AMD EPYC Zen 4, alternated); one that follows at once is as before
+20 s 0.45-0.53 s against 6.8-9.2 s (a 2-core AMD EPYC Zen 4, alternated); one that follows at once is as before
 (benchmarks/README.md).
 
 The helper only fills the cache: the compiled code is the same whichever process compiles it, and if the helper
