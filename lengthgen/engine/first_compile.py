@@ -222,6 +222,17 @@ def _marker(dtype: str) -> Path:
     return Path(numba.config.CACHE_DIR) / f"first-compile-{dtype}.done"
 
 
+def _mark(dtype: str) -> None:
+    """Leave the marker of ``dtype``'s first compile (``compile_step``, or the helper that compiled all of it); none
+    where its folder cannot be written to (numba cannot cache there either)."""
+    marker = _marker(dtype)
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:
+        pass
+
+
 def start(dtype: str = "float32") -> None:
     """When the package is imported, before torch (``lengthgen/__init__.py``): where the first compile of ``dtype``
     is still to be done (no marker), ``FORK`` holds and ``LENGTHGEN_COMPILE_AT_IMPORT`` is not 0, fork the helper now,
@@ -292,11 +303,7 @@ def compile_step(dtype: str, entry: str) -> None:
     finally:
         if helper is not None:
             helper.stop()
-    try:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-    except OSError:  # a folder this process may not write to: numba cannot cache there either, so no marker
-        pass
+    _mark(dtype)
 
 
 def _forked(types: dict[str, tuple[numba.types.Type, ...]], dtype: str = "float32", later: tuple[str, ...] = (),
@@ -333,7 +340,7 @@ def _forked(types: dict[str, tuple[numba.types.Type, ...]], dtype: str = "float3
                 compile_these((name,), types, parent)
                 mine.append(name)
             if later and len(mine) == len(later) and os.getppid() == parent:  # all of it compiled here: the marker
-                _marker(dtype).touch()
+                _mark(dtype)
             os.write(write, f"{DONE}\n".encode())
             code = 0
         finally:
